@@ -1,0 +1,322 @@
+// Package api is the contract every GRID component shares: the job model,
+// node and result types, backend action schemas, validation, NATS subject
+// builders and the HTTP client. It imports no other GRID package.
+package api
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Scope says which nodes a Target selects.
+type Scope string
+
+// Target scopes.
+const (
+	ScopeAll   Scope = "all"   // every online node
+	ScopeGroup Scope = "group" // nodes in a group or any of its sub-groups
+	ScopeNode  Scope = "node"  // one node by id
+	ScopeAny   Scope = "any"   // one online node, chosen by the controller
+)
+
+// Target selects the nodes a job runs on.
+type Target struct {
+	Scope Scope  `json:"scope" yaml:"scope"`
+	Value string `json:"value,omitempty" yaml:"value,omitempty"`
+}
+
+// String renders a target the way the CLI accepts it (group:web).
+func (t Target) String() string {
+	if t.Value == "" {
+		return string(t.Scope)
+	}
+	return string(t.Scope) + ":" + t.Value
+}
+
+// Condition gates a phase on the outcome of earlier steps.
+type Condition string
+
+// Conditions. The empty condition means ConditionAlways.
+const (
+	ConditionAlways    Condition = "always"
+	ConditionOnSuccess Condition = "on_success"
+	ConditionOnFailure Condition = "on_failure"
+)
+
+// Strategy says what a failure on one node does to the rest of the job.
+type Strategy string
+
+// Strategies. The empty strategy means StrategyFailFast.
+const (
+	// StrategyFailFast stops the job after the first failed step; only
+	// on_failure phases still run.
+	StrategyFailFast Strategy = "fail-fast"
+	// StrategyContinue drops failed nodes from later steps and carries on
+	// with the others.
+	StrategyContinue Strategy = "continue"
+)
+
+// JobStatus is the lifecycle state of a job.
+type JobStatus string
+
+// Job states.
+const (
+	JobPending        JobStatus = "pending"
+	JobRunning        JobStatus = "running"
+	JobCompleted      JobStatus = "completed"
+	JobFailed         JobStatus = "failed"
+	JobCancelled      JobStatus = "cancelled"
+	JobPartialFailure JobStatus = "partial_failure"
+)
+
+// Terminal reports whether a job in this state will not change again.
+func (s JobStatus) Terminal() bool {
+	switch s {
+	case JobCompleted, JobFailed, JobCancelled, JobPartialFailure:
+		return true
+	}
+	return false
+}
+
+// Task is one backend action: what a leaf phase runs and what a command
+// carries to an agent.
+type Task struct {
+	Backend    string    `json:"backend" yaml:"backend"`
+	Action     string    `json:"action" yaml:"action"`
+	Params     Params    `json:"params,omitempty" yaml:"params,omitempty"`
+	Timeout    string    `json:"timeout,omitempty" yaml:"timeout,omitempty"`
+	MaxRetries int       `json:"max_retries,omitempty" yaml:"max_retries,omitempty"`
+	Condition  Condition `json:"condition,omitempty" yaml:"condition,omitempty"`
+}
+
+// Name is "backend.action".
+func (t Task) Name() string { return t.Backend + "." + t.Action }
+
+// Job is a tree of phases run against a target. Top-level phases are
+// barrier steps; a phase with nested tasks is a per-node pipeline.
+type Job struct {
+	ID        string    `json:"id"`
+	Target    Target    `json:"target"`
+	Tasks     []Phase   `json:"tasks"`
+	Strategy  Strategy  `json:"strategy,omitempty"`
+	Timeout   string    `json:"timeout,omitempty"`
+	CheckMode bool      `json:"check_mode,omitempty"`
+	Status    JobStatus `json:"status"`
+	// Step is the flat index of the step in progress (or the last one run).
+	Step int `json:"step"`
+	// Expected holds the node ids the target resolved to.
+	Expected []string `json:"expected"`
+	// Results is keyed by flat step index, then node id.
+	Results JobResults `json:"results,omitempty"`
+	// Error says why a job failed or was cancelled as a whole.
+	Error string `json:"error,omitempty"`
+	// Owner is the controller running the job.
+	Owner     string    `json:"owner,omitempty"`
+	TraceID   string    `json:"trace_id,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+	// FinishedAt is set once the job is terminal.
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
+}
+
+// JobResults maps flat step index → node id → result.
+type JobResults map[int]map[string]*NodeResult
+
+// Node returns the result of one node at one step, or nil.
+func (r JobResults) Node(step int, node string) *NodeResult {
+	if r == nil {
+		return nil
+	}
+	return r[step][node]
+}
+
+// Per-node step states.
+const (
+	StepPending    = "pending"
+	StepDispatched = "dispatched"
+	StepRunning    = "running"
+	StepSuccess    = "success"
+	StepFailed     = "failed"
+	StepSkipped    = "skipped"
+	StepCancelled  = "cancelled"
+)
+
+// StepTerminal reports whether a per-node step state is final.
+func StepTerminal(s string) bool {
+	switch s {
+	case StepSuccess, StepFailed, StepSkipped, StepCancelled:
+		return true
+	}
+	return false
+}
+
+// NodeResult is what one node did for one step.
+type NodeResult struct {
+	Status   string         `json:"status"`
+	Output   string         `json:"output,omitempty"`
+	Error    string         `json:"error,omitempty"`
+	Changed  bool           `json:"changed,omitempty"`
+	Facts    map[string]any `json:"facts,omitempty"`
+	Duration Duration       `json:"duration,omitempty"`
+	Attempts int            `json:"attempts,omitempty"`
+	// Progress is the last progress percentage a long task reported.
+	Progress *int `json:"progress,omitempty"`
+	// Events is the node's timeline for this step.
+	Events []Event `json:"events,omitempty"`
+}
+
+// Event is one entry in a node's timeline for a step.
+type Event struct {
+	Status  string    `json:"status"`
+	Time    time.Time `json:"time"`
+	Attempt int       `json:"attempt,omitempty"`
+	Message string    `json:"message,omitempty"`
+}
+
+// Duration is a time.Duration that reads and writes as "1.5s" in JSON and
+// also accepts a number of nanoseconds.
+type Duration time.Duration
+
+// MarshalJSON writes the duration as a Go duration string.
+func (d Duration) MarshalJSON() ([]byte, error) {
+	return []byte(strconv.Quote(time.Duration(d).String())), nil
+}
+
+// UnmarshalJSON accepts "1.5s" or a number of nanoseconds.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	if len(b) > 0 && b[0] == '"' {
+		s, err := strconv.Unquote(string(b))
+		if err != nil {
+			return err
+		}
+		if s == "" {
+			*d = 0
+			return nil
+		}
+		v, err := time.ParseDuration(s)
+		if err != nil {
+			return fmt.Errorf("duration %q: %w", s, err)
+		}
+		*d = Duration(v)
+		return nil
+	}
+	n, err := strconv.ParseInt(string(b), 10, 64)
+	if err != nil {
+		return fmt.Errorf("duration %s: want a string like \"1.5s\" or nanoseconds", b)
+	}
+	*d = Duration(n)
+	return nil
+}
+
+// String renders the duration as Go does.
+func (d Duration) String() string { return time.Duration(d).String() }
+
+// TaskResult is what an agent reports for one (job, step, attempt). An agent
+// sends one with status "running" when it starts, optional "progress" ones,
+// and one with "success" or "failed" at the end.
+type TaskResult struct {
+	JobID     string         `json:"job_id"`
+	TaskIndex int            `json:"task_index"`
+	NodeID    string         `json:"node_id"`
+	Attempt   int            `json:"attempt"`
+	Status    string         `json:"status"`
+	Output    string         `json:"output,omitempty"`
+	Error     string         `json:"error,omitempty"`
+	Changed   bool           `json:"changed,omitempty"`
+	Facts     map[string]any `json:"facts,omitempty"`
+	Progress  *int           `json:"progress,omitempty"`
+	Duration  Duration       `json:"duration"`
+	Timestamp time.Time      `json:"timestamp"`
+}
+
+// Result statuses an agent reports besides the terminal StepSuccess and
+// StepFailed.
+const (
+	ResultRunning  = "running"
+	ResultProgress = "progress"
+)
+
+// Command is what the controller sends to agents for one step.
+type Command struct {
+	JobID     string `json:"job_id"`
+	TaskIndex int    `json:"task_index"`
+	Attempt   int    `json:"attempt"`
+	Task      Task   `json:"task"`
+	CheckMode bool   `json:"check_mode,omitempty"`
+	// Timeout bounds the backend run on the agent ("" means the agent's
+	// default).
+	Timeout string `json:"timeout,omitempty"`
+	// Exclude lists nodes that a broadcast reaches by subject but that must
+	// not run it (nodes dropped from the job by an earlier failure).
+	Exclude []string `json:"exclude,omitempty"`
+	// ResolvedAt is when the target was resolved: an agent that came online
+	// later was not expected and ignores a broadcast.
+	ResolvedAt time.Time `json:"resolved_at"`
+}
+
+// Node states.
+const (
+	NodeOnline  = "online"
+	NodeOffline = "offline"
+)
+
+// NodeInfo is what an agent registers about itself.
+type NodeInfo struct {
+	ID       string   `json:"id"`
+	Hostname string   `json:"hostname"`
+	Groups   []string `json:"groups"`
+	Backends []string `json:"backends"`
+	// Schemas are the action schemas of the node's enabled backends. In the
+	// nodes bucket only SchemaDigest is kept; the schemas themselves are
+	// stored once per digest in the schemas bucket, so heartbeats stay small.
+	Schemas      []BackendSchema `json:"schemas,omitempty"`
+	SchemaDigest string          `json:"schema_digest,omitempty"`
+	Status       string          `json:"status"`
+	Version      string          `json:"version,omitempty"`
+	// OnlineSince is when the agent's current session registered.
+	OnlineSince time.Time `json:"online_since"`
+	LastSeen    time.Time `json:"last_seen"`
+}
+
+// ControllerInfo is what a controller registers about itself.
+type ControllerInfo struct {
+	ID       string    `json:"id"`
+	APIAddr  string    `json:"api_addr"`
+	NATSURL  string    `json:"nats_url"`
+	Status   string    `json:"status"`
+	Running  int       `json:"running"`
+	Started  time.Time `json:"started"`
+	LastSeen time.Time `json:"last_seen"`
+}
+
+// Status is the cluster view served by GET /status.
+type Status struct {
+	Nodes       NodeCounts     `json:"nodes"`
+	Controllers int            `json:"controllers"`
+	Jobs        QueueStats     `json:"jobs"`
+	Time        time.Time      `json:"time"`
+	Limits      map[string]int `json:"limits,omitempty"`
+}
+
+// NodeCounts counts nodes by state.
+type NodeCounts struct {
+	Total   int `json:"total"`
+	Online  int `json:"online"`
+	Offline int `json:"offline"`
+}
+
+// QueueStats are job counts by status and by backend.action.
+type QueueStats struct {
+	Total           int            `json:"total_jobs"`
+	StatusCounts    map[string]int `json:"status_counts"`
+	OperationCounts map[string]int `json:"operation_counts"`
+}
+
+// ErrorBody is the JSON body of every API error.
+type ErrorBody struct {
+	Error string `json:"error"`
+}
+
+// SubmitResponse is the body of a 202 from POST /job.
+type SubmitResponse = Job

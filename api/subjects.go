@@ -1,0 +1,81 @@
+package api
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Stream, bucket and subject names shared by controller and agents.
+const (
+	StreamRequests = "requests"
+	StreamCommands = "commands"
+	StreamResults  = "results"
+
+	BucketJobs        = "jobs"
+	BucketNodes       = "nodes"
+	BucketControllers = "controllers"
+	// BucketSchemas holds backend schema sets keyed by SchemaDigest.
+	BucketSchemas = "schemas"
+
+	SubjectRequests = "request.>"
+	SubjectCommands = "cmd.>"
+	SubjectResults  = "result.>"
+	// SubjectCancelAll is what agents subscribe to for cancellations.
+	SubjectCancelAll = "cancel.*"
+)
+
+// RequestSubject is where a submitted job id is queued.
+func RequestSubject(jobID string) string { return "request." + jobID }
+
+// CommandSubject is where a step for a target is broadcast:
+// cmd.all.<b>.<a>, cmd.group.<g>.<b>.<a>, cmd.node.<id>.<b>.<a>.
+// ScopeAny is dispatched to the node the controller chose, so it has no
+// subject of its own.
+func CommandSubject(t Target, backend, action string) string {
+	switch t.Scope {
+	case ScopeAll:
+		return fmt.Sprintf("cmd.all.%s.%s", backend, action)
+	case ScopeGroup:
+		return fmt.Sprintf("cmd.group.%s.%s.%s", t.Value, backend, action)
+	default:
+		return NodeCommandSubject(t.Value, backend, action)
+	}
+}
+
+// NodeCommandSubject addresses one node.
+func NodeCommandSubject(node, backend, action string) string {
+	return fmt.Sprintf("cmd.node.%s.%s.%s", node, backend, action)
+}
+
+// AgentCommandSubjects are the subjects an agent with this id and these
+// groups listens on. A group subscription names the group's exact depth
+// (cmd.group.web.*.* and cmd.group.web.dev.*.*), so an agent in web.dev
+// hears commands for web and web.dev but not for web.prod.
+func AgentCommandSubjects(id string, groups []string) []string {
+	subs := []string{"cmd.all.*.*", "cmd.node." + id + ".*.*"}
+	seen := map[string]bool{}
+	for _, g := range groups {
+		segs := strings.Split(g, ".")
+		for i := range segs {
+			prefix := strings.Join(segs[:i+1], ".")
+			if seen[prefix] {
+				continue
+			}
+			seen[prefix] = true
+			subs = append(subs, "cmd.group."+prefix+".*.*")
+		}
+	}
+	return subs
+}
+
+// ResultSubject is where a node reports on a step:
+// result.<job>.<step>.<node>.
+func ResultSubject(jobID string, step int, node string) string {
+	return fmt.Sprintf("result.%s.%d.%s", jobID, step, node)
+}
+
+// JobResultsSubject filters every result of one job.
+func JobResultsSubject(jobID string) string { return "result." + jobID + ".>" }
+
+// CancelSubject tells agents to stop a job's running tasks.
+func CancelSubject(jobID string) string { return "cancel." + jobID }

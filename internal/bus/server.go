@@ -1,0 +1,81 @@
+// Package bus holds GRID's NATS layer: the embedded server, the JetStream
+// topology (streams and KV buckets) that controllers and agents share, and
+// connection helpers.
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// ServerConfig configures an embedded NATS server.
+type ServerConfig struct {
+	// Name identifies the server in a cluster.
+	Name string
+	// Host and Port to listen on for clients; Port -1 picks a free port.
+	Host string
+	Port int
+	// DataDir is where JetStream keeps its file store.
+	DataDir string
+	// ClusterName, ClusterHost/ClusterPort and Routes join a NATS cluster.
+	ClusterName string
+	ClusterHost string
+	ClusterPort int
+	Routes      []string
+	// Debug turns on the server's own logging.
+	Debug bool
+}
+
+// StartServer starts an embedded NATS server with JetStream and returns once
+// it accepts connections. The server shuts down when ctx ends.
+func StartServer(ctx context.Context, cfg ServerConfig) (*server.Server, error) {
+	if cfg.DataDir == "" {
+		return nil, errors.New("embedded NATS: data dir is required")
+	}
+	opts := &server.Options{
+		ServerName:         cfg.Name,
+		Host:               cfg.Host,
+		Port:               cfg.Port,
+		JetStream:          true,
+		StoreDir:           cfg.DataDir,
+		NoSigs:             true,
+		NoLog:              !cfg.Debug,
+		MaxPayload:         8 << 20,
+		JetStreamMaxMemory: 256 << 20,
+	}
+	if opts.Host == "" {
+		opts.Host = "127.0.0.1"
+	}
+	if cfg.ClusterName != "" {
+		opts.Cluster = server.ClusterOpts{Name: cfg.ClusterName, Host: cfg.ClusterHost, Port: cfg.ClusterPort}
+		for _, r := range cfg.Routes {
+			u, err := url.Parse(r)
+			if err != nil {
+				return nil, fmt.Errorf("embedded NATS: route %q: %w", r, err)
+			}
+			opts.Routes = append(opts.Routes, u)
+		}
+	}
+	s, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("embedded NATS: %w", err)
+	}
+	if cfg.Debug {
+		s.ConfigureLogger()
+	}
+	go s.Start()
+	if !s.ReadyForConnections(15 * time.Second) {
+		s.Shutdown()
+		return nil, fmt.Errorf("embedded NATS: not ready to accept connections on %s:%d within 15s", opts.Host, opts.Port)
+	}
+	go func() {
+		<-ctx.Done()
+		s.Shutdown()
+	}()
+	return s, nil
+}
