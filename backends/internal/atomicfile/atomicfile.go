@@ -1,0 +1,88 @@
+// Package atomicfile replaces files so that a reader sees either the old
+// content or the new, never a torn write, even across a crash.
+package atomicfile
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+)
+
+// Write replaces path with data: a temp file in the same directory (so the
+// rename cannot cross filesystems), chmod to mode (explicitly, so the umask
+// does not matter), optional chown (uid/gid -1 leave it), fsync, rename,
+// fsync of the directory so the rename itself is durable.
+func Write(path string, data []byte, mode os.FileMode, uid, gid int) error {
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("create temp file: %w", err)
+	}
+	name := tmp.Name()
+	ok := false
+	defer func() {
+		if !ok {
+			_ = tmp.Close()
+			_ = os.Remove(name)
+		}
+	}()
+	if _, err := tmp.Write(data); err != nil {
+		return fmt.Errorf("write %s: %w", name, err)
+	}
+	if err := tmp.Chmod(mode); err != nil {
+		return fmt.Errorf("chmod: %w", err)
+	}
+	if uid >= 0 || gid >= 0 {
+		if err := tmp.Chown(uid, gid); err != nil {
+			return fmt.Errorf("chown: %w", err)
+		}
+	}
+	if err := tmp.Sync(); err != nil {
+		return fmt.Errorf("fsync: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("close: %w", err)
+	}
+	if err := os.Rename(name, path); err != nil {
+		// A bind-mounted file (a container's /etc/resolv.conf) cannot be
+		// renamed over; rewriting it in place is the only way left.
+		if errors.Is(err, syscall.EBUSY) {
+			_ = os.Remove(name)
+			ok = true
+			return writeInPlace(path, data)
+		}
+		return fmt.Errorf("rename into place: %w", err)
+	}
+	ok = true
+	return syncDir(dir)
+}
+
+func writeInPlace(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		return fmt.Errorf("rewrite in place: %w", err)
+	}
+	if _, err := f.Write(data); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("rewrite in place: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("fsync: %w", err)
+	}
+	return f.Close()
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("open dir for fsync: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("fsync dir: %w", err)
+	}
+	return nil
+}
