@@ -1,0 +1,540 @@
+// Package agent is the GRID process on a host: it registers the node and its
+// backend schemas, heartbeats, listens for commands on core NATS subjects,
+// runs them through the backend Registry and reports results. DESIGN.md
+// ("Agent protocol") is the contract this package implements.
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gridfleet/terraform-provider-grid/api"
+	"github.com/gridfleet/terraform-provider-grid/backends"
+	"github.com/gridfleet/terraform-provider-grid/backends/builtin"
+	"github.com/gridfleet/terraform-provider-grid/internal/bus"
+)
+
+const (
+	// seenMax and seenTTL bound the (job, step, attempt) dedupe memory. The
+	// commands stream keeps commands for an hour, so a redelivery older than
+	// that cannot happen.
+	seenMax = 100_000
+	seenTTL = time.Hour
+	// opTimeout bounds one KV or publish round trip.
+	opTimeout = 5 * time.Second
+	// drainTimeout bounds the final drain of the connection.
+	drainTimeout = 10 * time.Second
+)
+
+var (
+	errShutdown = errors.New("agent shut down before the task finished")
+	errKilled   = errors.New("agent killed")
+)
+
+// taskKey identifies one run of one step; a retry has a new attempt.
+type taskKey struct {
+	job     string
+	step    int
+	attempt int
+}
+
+// Agent is one node of the fleet.
+type Agent struct {
+	cfg      Config
+	id       string
+	hostname string
+	log      *slog.Logger
+	reg      *backends.Registry
+	schemas  []api.BackendSchema
+	digest   string
+
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	nodesKV  jetstream.KeyValue
+	schemaKV jetstream.KeyValue
+
+	// mu guards info, stopping, seen, cancelled, running and cmdSubs.
+	mu        sync.Mutex
+	info      api.NodeInfo
+	stopping  bool
+	seen      *recentSet[taskKey]
+	cancelled *recentSet[string]
+	running   map[string]map[*task]struct{}
+	cmdSubs   []*nats.Subscription
+	cancelSub *nats.Subscription
+
+	// slots bounds concurrently running tasks.
+	slots chan struct{}
+	// tasks counts accepted tasks (queued or running) until their final
+	// result is published.
+	tasks sync.WaitGroup
+	// taskCtx is the parent of every task; cancelled when the shutdown grace
+	// is over or the agent is killed.
+	taskCtx    context.Context
+	taskCancel context.CancelCauseFunc
+	// stopCh closes when shutdown begins, so queued tasks give up.
+	stopCh chan struct{}
+
+	hbCancel context.CancelFunc
+	hbDone   chan struct{}
+
+	started  atomic.Bool
+	killOnce sync.Once
+	killCh   chan struct{}
+	done     chan struct{}
+
+	stats stats
+}
+
+// stats count what happened to incoming commands; tests read them to assert
+// that something was ignored without waiting for a result that never comes.
+type stats struct {
+	received   atomic.Int64
+	ignored    atomic.Int64 // excluded or not part of the resolved target
+	duplicates atomic.Int64
+	accepted   atomic.Int64
+}
+
+// New checks the config and prepares an agent; Start connects it.
+func New(cfg Config) (*Agent, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.Groups = slices.Clone(cfg.Groups)
+	cfg.NATSURLs = slices.Clone(cfg.NATSURLs)
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	reg := cfg.Registry
+	if reg == nil {
+		var err error
+		reg, err = builtin.New(builtin.Options{Sandbox: cfg.DataDir})
+		if err != nil {
+			return nil, fmt.Errorf("agent: built-in backends: %w", err)
+		}
+	}
+	if len(cfg.Allow) > 0 {
+		allow, err := backends.ParseAllowlist(cfg.Allow)
+		if err != nil {
+			return nil, fmt.Errorf("agent config: allow: %w", err)
+		}
+		reg.SetAllowlist(allow)
+	}
+	if cfg.DataDir != "" {
+		if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
+			return nil, fmt.Errorf("agent: data dir: %w", err)
+		}
+	}
+	hostname, err := os.Hostname()
+	if err != nil || hostname == "" {
+		hostname = cfg.Name
+	}
+	schemas := reg.Schemas()
+	backendNames := make([]string, 0, len(schemas))
+	for _, s := range schemas {
+		backendNames = append(backendNames, s.Name)
+	}
+	taskCtx, taskCancel := context.WithCancelCause(context.Background())
+	a := &Agent{
+		cfg:        cfg,
+		id:         cfg.Name,
+		hostname:   hostname,
+		log:        log.With("node", cfg.Name),
+		reg:        reg,
+		schemas:    schemas,
+		digest:     api.SchemaDigest(schemas),
+		seen:       newRecentSet[taskKey](seenMax, seenTTL),
+		cancelled:  newRecentSet[string](10_000, seenTTL),
+		running:    map[string]map[*task]struct{}{},
+		slots:      make(chan struct{}, cfg.MaxConcurrent),
+		taskCtx:    taskCtx,
+		taskCancel: taskCancel,
+		stopCh:     make(chan struct{}),
+		hbDone:     make(chan struct{}),
+		killCh:     make(chan struct{}),
+		done:       make(chan struct{}),
+	}
+	a.info = api.NodeInfo{
+		ID:           a.id,
+		Hostname:     hostname,
+		Groups:       slices.Clone(cfg.Groups),
+		Backends:     backendNames,
+		Schemas:      schemas,
+		SchemaDigest: a.digest,
+		Status:       api.NodeOffline,
+		Version:      Version,
+	}
+	return a, nil
+}
+
+// ID is the node id.
+func (a *Agent) ID() string { return a.id }
+
+// Info returns the node's current registration, schemas included.
+func (a *Agent) Info() api.NodeInfo {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	info := a.info
+	info.Groups = slices.Clone(info.Groups)
+	info.Backends = slices.Clone(info.Backends)
+	info.Schemas = slices.Clone(info.Schemas)
+	return info
+}
+
+// Done closes once the agent has fully stopped (or Start failed).
+func (a *Agent) Done() <-chan struct{} { return a.done }
+
+// Start connects, waits for a controller's buckets, registers the node,
+// subscribes to commands and starts heartbeating. It returns once the node
+// is registered and listening; cancelling ctx then shuts the agent down
+// gracefully (see Done).
+func (a *Agent) Start(ctx context.Context) error {
+	if !a.started.CompareAndSwap(false, true) {
+		return errors.New("agent: already started")
+	}
+	if err := a.start(ctx); err != nil {
+		a.taskCancel(err)
+		if a.nc != nil {
+			a.nc.Close()
+		}
+		close(a.done)
+		return err
+	}
+	go a.lifecycle(ctx)
+	return nil
+}
+
+func (a *Agent) start(ctx context.Context) error {
+	nc, err := bus.Connect("grid-agent "+a.id, a.cfg.NATSURLs, a.log)
+	if err != nil {
+		return fmt.Errorf("agent %s: %w", a.id, err)
+	}
+	a.nc = nc
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("agent %s: jetstream: %w", a.id, err)
+	}
+	a.js = js
+	a.log.Info("agent waiting for controller buckets", "nats", strings.Join(a.cfg.NATSURLs, ","))
+	if a.nodesKV, err = bus.WaitForBucket(ctx, js, api.BucketNodes); err != nil {
+		return fmt.Errorf("agent %s: %w", a.id, err)
+	}
+	if a.schemaKV, err = bus.WaitForBucket(ctx, js, api.BucketSchemas); err != nil {
+		return fmt.Errorf("agent %s: %w", a.id, err)
+	}
+	if err := a.registerSchemas(ctx); err != nil {
+		return fmt.Errorf("agent %s: %w", a.id, err)
+	}
+	// Subscribe before the node shows up online: a controller may dispatch
+	// to it the moment it sees the registration.
+	if err := a.subscribe(); err != nil {
+		return fmt.Errorf("agent %s: %w", a.id, err)
+	}
+	a.mu.Lock()
+	now := time.Now().UTC()
+	a.info.Status = api.NodeOnline
+	a.info.OnlineSince = now
+	a.info.LastSeen = now
+	a.mu.Unlock()
+	if err := a.putInfo(ctx, api.NodeOnline); err != nil {
+		return fmt.Errorf("agent %s: register node: %w", a.id, err)
+	}
+	hbCtx, hbCancel := context.WithCancel(context.Background())
+	a.hbCancel = hbCancel
+	go a.heartbeat(hbCtx)
+	a.log.Info("agent registered", "groups", a.cfg.Groups, "backends", a.info.Backends,
+		"schema_digest", a.digest, "max_concurrent", a.cfg.MaxConcurrent, "version", Version)
+	return nil
+}
+
+// registerSchemas stores the schema set under its digest unless a node with
+// the same set already did.
+func (a *Agent) registerSchemas(ctx context.Context) error {
+	data, err := json.Marshal(a.schemas)
+	if err != nil {
+		return fmt.Errorf("encode schemas: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	if _, err := a.schemaKV.Create(ctx, a.digest, data); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		return fmt.Errorf("register schemas %s: %w", a.digest, err)
+	}
+	return nil
+}
+
+func (a *Agent) subscribe() error {
+	subjects := api.AgentCommandSubjects(a.id, a.cfg.Groups)
+	subs := make([]*nats.Subscription, 0, len(subjects))
+	for _, s := range subjects {
+		sub, err := a.nc.Subscribe(s, a.onCommand)
+		if err != nil {
+			for _, prev := range subs {
+				_ = prev.Unsubscribe()
+			}
+			return fmt.Errorf("subscribe %s: %w", s, err)
+		}
+		subs = append(subs, sub)
+	}
+	cancelSub, err := a.nc.Subscribe(api.SubjectCancelAll, a.onCancel)
+	if err != nil {
+		for _, prev := range subs {
+			_ = prev.Unsubscribe()
+		}
+		return fmt.Errorf("subscribe %s: %w", api.SubjectCancelAll, err)
+	}
+	// Flush makes the server know the interest before we announce the node.
+	if err := a.nc.FlushTimeout(opTimeout); err != nil {
+		return fmt.Errorf("flush subscriptions: %w", err)
+	}
+	a.mu.Lock()
+	a.cmdSubs = subs
+	a.cancelSub = cancelSub
+	a.mu.Unlock()
+	return nil
+}
+
+// putInfo writes NodeInfo with the given status and a fresh last_seen. The
+// nodes bucket holds the digest only, so heartbeats stay small.
+func (a *Agent) putInfo(ctx context.Context, status string) error {
+	a.mu.Lock()
+	a.info.Status = status
+	a.info.LastSeen = time.Now().UTC()
+	stored := a.info
+	a.mu.Unlock()
+	stored.Schemas = nil
+	data, err := json.Marshal(stored)
+	if err != nil {
+		return fmt.Errorf("encode node info: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	if _, err := a.nodesKV.Put(ctx, a.id, data); err != nil {
+		return fmt.Errorf("put node %s: %w", a.id, err)
+	}
+	return nil
+}
+
+func (a *Agent) heartbeat(ctx context.Context) {
+	defer close(a.hbDone)
+	t := time.NewTicker(a.cfg.HeartbeatInterval.D())
+	defer t.Stop()
+	reconnects := a.nc.Stats().Reconnects
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		// After a reconnect the server may be a fresh one that lost the
+		// schemas bucket's contents; put the set back so controllers can
+		// still resolve this node's digest.
+		if r := a.nc.Stats().Reconnects; r != reconnects {
+			if err := a.registerSchemas(ctx); err != nil {
+				a.log.Warn("re-registering schemas after reconnect failed", "err", err)
+			} else {
+				reconnects = r
+			}
+		}
+		if err := a.putInfo(ctx, api.NodeOnline); err != nil && ctx.Err() == nil {
+			a.log.Warn("heartbeat failed", "err", err)
+		}
+	}
+}
+
+// Kill closes the connection abruptly without marking the node offline, as
+// a crash would; tasks are interrupted and Done closes soon after. For tests.
+func (a *Agent) Kill() {
+	a.killOnce.Do(func() {
+		if a.nc != nil {
+			a.nc.Close()
+		}
+		close(a.killCh)
+	})
+}
+
+func (a *Agent) lifecycle(ctx context.Context) {
+	defer close(a.done)
+	select {
+	case <-ctx.Done():
+		a.shutdown()
+	case <-a.killCh:
+		a.crash()
+	}
+}
+
+// beginStop stops taking commands. The cancel subscription stays so that a
+// cancel can still interrupt tasks during the grace period.
+func (a *Agent) beginStop() {
+	a.mu.Lock()
+	a.stopping = true
+	close(a.stopCh)
+	subs := a.cmdSubs
+	a.cmdSubs = nil
+	a.mu.Unlock()
+	for _, s := range subs {
+		_ = s.Unsubscribe()
+	}
+}
+
+// waitTasks waits up to d for accepted tasks to publish their final result.
+func (a *Agent) waitTasks(d time.Duration) bool {
+	idle := make(chan struct{})
+	go func() {
+		a.tasks.Wait()
+		close(idle)
+	}()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-idle:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+func (a *Agent) shutdown() {
+	a.log.Info("agent shutting down", "grace", a.cfg.ShutdownGrace)
+	a.beginStop()
+	if !a.waitTasks(a.cfg.ShutdownGrace.D()) {
+		a.log.Warn("shutdown grace over; interrupting running tasks")
+		a.taskCancel(errShutdown)
+		// Interrupted tasks still publish their failed result (bounded by
+		// the publish retries).
+		if !a.waitTasks(30 * time.Second) {
+			a.log.Error("tasks did not finish after being interrupted; leaving them")
+		}
+	}
+	a.taskCancel(errShutdown)
+	a.hbCancel()
+	<-a.hbDone
+	// The heartbeat has stopped, so nothing re-puts "online" after this.
+	if err := a.putInfo(context.Background(), api.NodeOffline); err != nil {
+		a.log.Warn("marking node offline failed", "err", err)
+	}
+	a.mu.Lock()
+	cancelSub := a.cancelSub
+	a.mu.Unlock()
+	if cancelSub != nil {
+		_ = cancelSub.Unsubscribe()
+	}
+	closed := make(chan struct{})
+	a.nc.SetClosedHandler(func(*nats.Conn) { close(closed) })
+	if err := a.nc.Drain(); err != nil {
+		a.nc.Close()
+	} else {
+		select {
+		case <-closed:
+		case <-time.After(drainTimeout):
+			a.nc.Close()
+		}
+	}
+	a.log.Info("agent stopped")
+}
+
+func (a *Agent) crash() {
+	a.log.Warn("agent killed")
+	a.beginStop()
+	a.taskCancel(errKilled)
+	a.hbCancel()
+	<-a.hbDone
+	// Final publishes fail at once on the closed connection.
+	a.waitTasks(10 * time.Second)
+}
+
+// onCommand runs on the subscription's goroutine, so it only decides and
+// hands the command to a task goroutine.
+func (a *Agent) onCommand(msg *nats.Msg) {
+	a.stats.received.Add(1)
+	var cmd api.Command
+	if err := json.Unmarshal(msg.Data, &cmd); err != nil {
+		a.log.Warn("dropping undecodable command", "subject", msg.Subject, "err", err)
+		return
+	}
+	if !api.ValidToken(cmd.JobID) {
+		a.log.Warn("dropping command with an invalid job id", "subject", msg.Subject, "job", cmd.JobID)
+		return
+	}
+	log := a.log.With("job", cmd.JobID, "step", cmd.TaskIndex, "attempt", cmd.Attempt)
+	broadcast := !strings.HasPrefix(msg.Subject, "cmd.node.")
+	key := taskKey{job: cmd.JobID, step: cmd.TaskIndex, attempt: cmd.Attempt}
+	now := time.Now()
+
+	a.mu.Lock()
+	if a.stopping {
+		a.mu.Unlock()
+		log.Info("shutting down; not taking the command", "task", cmd.Task.Name())
+		return
+	}
+	if broadcast {
+		if reason := a.skipBroadcast(&cmd); reason != "" {
+			a.mu.Unlock()
+			a.stats.ignored.Add(1)
+			log.Debug("ignoring broadcast", "subject", msg.Subject, "reason", reason)
+			return
+		}
+	}
+	if a.seen.Has(key, now) {
+		a.mu.Unlock()
+		a.stats.duplicates.Add(1)
+		log.Info("ignoring duplicate command", "subject", msg.Subject)
+		return
+	}
+	a.seen.Add(key, now)
+	t := a.newTask(cmd, log)
+	if a.cancelled.Has(cmd.JobID, now) {
+		t.cancel(cancelledErr(cmd.JobID))
+	}
+	a.tasks.Add(1)
+	a.mu.Unlock()
+	a.stats.accepted.Add(1)
+	go a.runTask(t)
+}
+
+// skipBroadcast says why this node must not run a broadcast, or "". Callers
+// hold a.mu.
+func (a *Agent) skipBroadcast(cmd *api.Command) string {
+	if slices.Contains(cmd.Exclude, a.id) {
+		return "excluded"
+	}
+	// A zero resolved_at carries no constraint, so a controller that does
+	// not set it still reaches its nodes.
+	if !cmd.ResolvedAt.IsZero() && a.info.OnlineSince.After(cmd.ResolvedAt) {
+		return "came online after the target was resolved"
+	}
+	return ""
+}
+
+func cancelledErr(job string) error { return fmt.Errorf("job %s cancelled", job) }
+
+// onCancel interrupts every task of the job, queued or running, and
+// remembers the job so a command still in flight does not start it again.
+func (a *Agent) onCancel(msg *nats.Msg) {
+	job := strings.TrimPrefix(msg.Subject, "cancel.")
+	if !api.ValidToken(job) {
+		return
+	}
+	a.mu.Lock()
+	a.cancelled.Add(job, time.Now())
+	n := 0
+	for t := range a.running[job] {
+		t.cancel(cancelledErr(job))
+		n++
+	}
+	a.mu.Unlock()
+	a.log.Info("job cancelled", "job", job, "tasks", n)
+}

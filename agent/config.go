@@ -1,0 +1,218 @@
+package agent
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/gridfleet/terraform-provider-grid/api"
+	"github.com/gridfleet/terraform-provider-grid/backends"
+)
+
+// Version is reported in NodeInfo; the build sets it.
+var Version = "dev"
+
+// Defaults of an agent's settings.
+const (
+	DefaultNATSURL           = "nats://127.0.0.1:4222"
+	DefaultHeartbeatInterval = 10 * time.Second
+	DefaultTaskTimeout       = time.Hour
+	DefaultMaxConcurrent     = 32
+	DefaultShutdownGrace     = 30 * time.Second
+)
+
+// Duration is a time.Duration written as "10s" in YAML, so config files say
+// what they mean instead of counting nanoseconds.
+type Duration time.Duration
+
+// D returns the time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// String renders the duration as Go does.
+func (d Duration) String() string { return time.Duration(d).String() }
+
+// UnmarshalYAML reads a Go duration string such as "500ms" or "10s".
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode {
+		return fmt.Errorf("line %d: want a duration such as 10s", n.Line)
+	}
+	v, err := time.ParseDuration(n.Value)
+	if err != nil {
+		return fmt.Errorf("line %d: %q is not a duration (examples: 500ms, 10s, 5m)", n.Line, n.Value)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalYAML writes the duration as a string.
+func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
+
+// Config configures an agent. The zero value of a field means its default
+// (New fills them in), so programmatic callers set only what they need.
+type Config struct {
+	// Name is the node id; it defaults to the short hostname.
+	Name string `yaml:"name"`
+	// Groups are the dotted groups the node belongs to (web.dev.us-east).
+	Groups []string `yaml:"groups"`
+	// NATSURLs are the servers to connect to.
+	NATSURLs []string `yaml:"nats"`
+	// DataDir, when set, confines file-touching built-in backends to it.
+	DataDir string `yaml:"data_dir"`
+	// HeartbeatInterval is how often NodeInfo is re-put with a fresh
+	// last_seen.
+	HeartbeatInterval Duration `yaml:"heartbeat_interval"`
+	// TaskTimeout bounds a task whose command carries no timeout.
+	TaskTimeout Duration `yaml:"task_timeout"`
+	// MaxConcurrent bounds the tasks running at once; more wait their turn.
+	MaxConcurrent int `yaml:"max_concurrent"`
+	// Allow enables backend actions (see backends.ParseAllowlist); empty
+	// enables every action not marked dangerous.
+	Allow []string `yaml:"allow"`
+	// ShutdownGrace is how long a graceful shutdown waits for running tasks
+	// before interrupting them.
+	ShutdownGrace Duration `yaml:"shutdown_grace"`
+
+	// Registry holds the backends to offer; nil means the built-in set.
+	Registry *backends.Registry `yaml:"-"`
+	// Logger receives the agent's logs; nil means slog.Default().
+	Logger *slog.Logger `yaml:"-"`
+}
+
+// DefaultConfig returns a config with every default filled in.
+func DefaultConfig() Config {
+	host, _ := os.Hostname()
+	return Config{
+		Name:              DefaultName(host),
+		NATSURLs:          []string{DefaultNATSURL},
+		HeartbeatInterval: Duration(DefaultHeartbeatInterval),
+		TaskTimeout:       Duration(DefaultTaskTimeout),
+		MaxConcurrent:     DefaultMaxConcurrent,
+		ShutdownGrace:     Duration(DefaultShutdownGrace),
+	}
+}
+
+// DefaultName turns a hostname into a node id: the first label of the name
+// (a node id is one NATS subject token, so it cannot hold dots), with any
+// other character a token cannot hold replaced by '-'.
+func DefaultName(hostname string) string {
+	short, _, _ := strings.Cut(strings.TrimSpace(hostname), ".")
+	b := []byte(short)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			b[i] = '-'
+		}
+	}
+	if len(b) > 128 {
+		b = b[:128]
+	}
+	if len(b) == 0 {
+		return "node"
+	}
+	return string(b)
+}
+
+// withDefaults fills zero fields with their defaults. ShutdownGrace is only
+// defaulted when zero, since a negative value is an error Validate reports.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.Name == "" {
+		c.Name = d.Name
+	}
+	if len(c.NATSURLs) == 0 {
+		c.NATSURLs = d.NATSURLs
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = d.HeartbeatInterval
+	}
+	if c.TaskTimeout == 0 {
+		c.TaskTimeout = d.TaskTimeout
+	}
+	if c.MaxConcurrent == 0 {
+		c.MaxConcurrent = d.MaxConcurrent
+	}
+	if c.ShutdownGrace == 0 {
+		c.ShutdownGrace = d.ShutdownGrace
+	}
+	return c
+}
+
+// Validate reports every problem with the config at once, naming the YAML
+// key of each.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("agent config: "+format, args...))
+	}
+	switch {
+	case c.Name == "":
+		bad("name is empty (leave it out to use the hostname)")
+	case !api.ValidToken(c.Name):
+		bad("name %q: want letters, digits, '-' or '_' (at most 128), no dots", c.Name)
+	}
+	for i, g := range c.Groups {
+		if !api.ValidGroup(g) {
+			bad("groups[%d] %q: want dot-separated names of letters, digits, '-' or '_' (e.g. web.dev.us-east)", i, g)
+		}
+	}
+	if len(c.NATSURLs) == 0 {
+		bad("nats: no server URL (e.g. %s)", DefaultNATSURL)
+	}
+	for i, u := range c.NATSURLs {
+		if strings.TrimSpace(u) == "" {
+			bad("nats[%d] is empty", i)
+		}
+	}
+	if c.HeartbeatInterval <= 0 {
+		bad("heartbeat_interval must be positive, got %s", c.HeartbeatInterval)
+	}
+	if c.TaskTimeout <= 0 {
+		bad("task_timeout must be positive, got %s", c.TaskTimeout)
+	}
+	if c.MaxConcurrent < 1 {
+		bad("max_concurrent must be at least 1, got %d", c.MaxConcurrent)
+	}
+	if c.ShutdownGrace < 0 {
+		bad("shutdown_grace must not be negative, got %s", c.ShutdownGrace)
+	}
+	if _, err := backends.ParseAllowlist(c.Allow); err != nil {
+		bad("allow: %w", err)
+	}
+	return errors.Join(errs...)
+}
+
+// LoadConfig reads the YAML file at path into into, overriding only the keys
+// the file sets (start from DefaultConfig). Unknown keys are errors, so a
+// misspelt setting is not silently ignored. The result is not validated.
+func LoadConfig(path string, into *Config) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("read agent config: %w", err)
+	}
+	d := yaml.NewDecoder(bytes.NewReader(data))
+	d.KnownFields(true)
+	if err := d.Decode(into); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil // an empty file keeps every default
+		}
+		return fmt.Errorf("agent config %s: %w", path, cleanYAMLError(err))
+	}
+	var extra any
+	if err := d.Decode(&extra); !errors.Is(err, io.EOF) {
+		return fmt.Errorf("agent config %s: a config file holds one YAML document", path)
+	}
+	return nil
+}
+
+func cleanYAMLError(err error) error {
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	msg = strings.ReplaceAll(msg, "unmarshal errors:\n  ", "")
+	msg = strings.ReplaceAll(msg, " in type agent.Config", "")
+	return errors.New(msg)
+}

@@ -1,0 +1,302 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gridfleet/terraform-provider-grid/api"
+	"github.com/gridfleet/terraform-provider-grid/backends"
+)
+
+const (
+	// progressEvery rate-limits progress reports per task: a backend may
+	// report in a tight loop, the controller needs only a trickle.
+	progressEvery = 200 * time.Millisecond
+	// abandonAfter is how long a backend may ignore its cancelled context
+	// before the agent reports the failure without it.
+	abandonAfter = 5 * time.Second
+	// maxOutput caps a result's output so a chatty backend cannot exceed
+	// the server's payload limit.
+	maxOutput = 1 << 20
+	// publishAttempts bounds the retries of a final result.
+	publishAttempts = 5
+)
+
+// task is one accepted command.
+type task struct {
+	cmd    api.Command
+	log    *slog.Logger
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+}
+
+// newTask registers a task under its job so a cancel finds it. Callers hold
+// a.mu.
+func (a *Agent) newTask(cmd api.Command, log *slog.Logger) *task {
+	ctx, cancel := context.WithCancelCause(a.taskCtx)
+	t := &task{cmd: cmd, log: log, ctx: ctx, cancel: cancel}
+	m := a.running[cmd.JobID]
+	if m == nil {
+		m = map[*task]struct{}{}
+		a.running[cmd.JobID] = m
+	}
+	m[t] = struct{}{}
+	return t
+}
+
+func (a *Agent) forget(t *task) {
+	a.mu.Lock()
+	if m := a.running[t.cmd.JobID]; m != nil {
+		delete(m, t)
+		if len(m) == 0 {
+			delete(a.running, t.cmd.JobID)
+		}
+	}
+	a.mu.Unlock()
+	t.cancel(nil)
+}
+
+func (a *Agent) runTask(t *task) {
+	defer a.tasks.Done()
+	defer a.forget(t)
+	start := time.Now()
+
+	// Wait for a slot; a cancel or shutdown while queued fails the task
+	// without running it.
+	select {
+	case a.slots <- struct{}{}:
+	case <-t.ctx.Done():
+		a.finish(t, start, nil, fmt.Errorf("not started: %w", context.Cause(t.ctx)))
+		return
+	case <-a.stopCh:
+		a.finish(t, start, nil, errors.New("not started: agent is shutting down"))
+		return
+	}
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			<-a.slots
+		}
+	}
+	defer release()
+	if err := context.Cause(t.ctx); err != nil {
+		a.finish(t, start, nil, fmt.Errorf("not started: %w", err))
+		return
+	}
+	select {
+	case <-a.stopCh:
+		a.finish(t, start, nil, errors.New("not started: agent is shutting down"))
+		return
+	default:
+	}
+
+	start = time.Now()
+	a.publishCore(t, api.TaskResult{Status: api.ResultRunning, Timestamp: start.UTC()})
+	t.log.Info("task started", "task", t.cmd.Task.Name(), "check_mode", t.cmd.CheckMode)
+
+	res, abandoned, err := a.execute(t)
+	if abandoned != nil {
+		// The backend still holds its slot until it really returns, so
+		// stuck backends cannot push the agent past MaxConcurrent.
+		released = true
+		go func() {
+			<-abandoned
+			<-a.slots
+		}()
+	}
+	a.finish(t, start, res, err)
+}
+
+// execute runs the backend with the task's timeout. When the backend ignores
+// its cancelled context for abandonAfter, it returns a failure and a channel
+// that closes once the backend finally returns.
+func (a *Agent) execute(t *task) (*backends.Result, chan struct{}, error) {
+	timeout := a.cfg.TaskTimeout.D()
+	if t.cmd.Timeout != "" {
+		d, err := time.ParseDuration(t.cmd.Timeout)
+		if err != nil || d <= 0 {
+			return nil, nil, fmt.Errorf("invalid task timeout %q: want a positive duration such as 30s", t.cmd.Timeout)
+		}
+		timeout = d
+	}
+	ctx, cancel := context.WithTimeoutCause(t.ctx, timeout, fmt.Errorf("task timed out after %s", timeout))
+	defer cancel()
+
+	prog := &progress{a: a, t: t}
+	req := &backends.Request{
+		Action:    t.cmd.Task.Action,
+		Params:    maps.Clone(t.cmd.Task.Params),
+		CheckMode: t.cmd.CheckMode,
+		Progress:  prog.report,
+	}
+	type outcome struct {
+		res *backends.Result
+		err error
+	}
+	out := make(chan outcome, 1)
+	returned := make(chan struct{})
+	go func() {
+		defer close(returned)
+		defer func() {
+			// A panicking backend fails its task, not the agent.
+			if p := recover(); p != nil {
+				t.log.Error("backend panicked", "panic", p)
+				out <- outcome{err: fmt.Errorf("backend %s panicked: %v", t.cmd.Task.Backend, p)}
+			}
+		}()
+		res, err := a.reg.Run(ctx, t.cmd.Task.Backend, req)
+		out <- outcome{res, err}
+	}()
+
+	var o outcome
+	select {
+	case o = <-out:
+	case <-ctx.Done():
+		timer := time.NewTimer(abandonAfter)
+		select {
+		case o = <-out:
+			timer.Stop()
+		case <-timer.C:
+			prog.stop()
+			cause := context.Cause(ctx)
+			t.log.Error("backend did not stop after its context ended; abandoning it", "cause", cause)
+			return nil, returned, fmt.Errorf("%w (the backend did not stop within %s)", cause, abandonAfter)
+		}
+	}
+	prog.stop()
+	if o.err != nil {
+		// Name the cause when the backend's error does not, so a result
+		// says "cancelled" or "timed out" rather than only "context canceled".
+		if cause := context.Cause(ctx); cause != nil && !errors.Is(o.err, cause) && !strings.Contains(o.err.Error(), cause.Error()) {
+			o.err = fmt.Errorf("%w: %w", cause, o.err)
+		}
+	}
+	return o.res, nil, o.err
+}
+
+// finish publishes the final result of a task.
+func (a *Agent) finish(t *task, start time.Time, res *backends.Result, err error) {
+	r := api.TaskResult{Status: api.StepSuccess, Duration: api.Duration(time.Since(start))}
+	if res != nil {
+		r.Output = truncate(res.Output)
+		r.Changed = res.Changed
+		r.Facts = res.Facts
+	}
+	if err != nil {
+		r.Status = api.StepFailed
+		r.Error = truncate(err.Error())
+	}
+	if r.Facts != nil {
+		if _, ferr := json.Marshal(r.Facts); ferr != nil {
+			t.log.Warn("dropping facts that do not encode as JSON", "err", ferr)
+			r.Facts = nil
+		}
+	}
+	r.Timestamp = time.Now().UTC()
+	level := slog.LevelInfo
+	if err != nil {
+		level = slog.LevelWarn
+	}
+	t.log.Log(context.Background(), level, "task finished", "task", t.cmd.Task.Name(),
+		"status", r.Status, "duration", r.Duration.String(), "changed", r.Changed, "err", r.Error)
+	a.publishFinal(t, r)
+}
+
+func truncate(s string) string {
+	if len(s) <= maxOutput {
+		return s
+	}
+	return s[:maxOutput] + "\n…(truncated)"
+}
+
+func (a *Agent) fill(t *task, r *api.TaskResult) string {
+	r.JobID = t.cmd.JobID
+	r.TaskIndex = t.cmd.TaskIndex
+	r.NodeID = a.id
+	r.Attempt = t.cmd.Attempt
+	return api.ResultSubject(t.cmd.JobID, t.cmd.TaskIndex, a.id)
+}
+
+// publishCore sends a running or progress report; losing one is harmless,
+// so it is not acknowledged.
+func (a *Agent) publishCore(t *task, r api.TaskResult) {
+	subject := a.fill(t, &r)
+	data, err := json.Marshal(r)
+	if err != nil {
+		t.log.Warn("encode result", "err", err)
+		return
+	}
+	if err := a.nc.Publish(subject, data); err != nil {
+		t.log.Warn("publish result", "status", r.Status, "err", err)
+	}
+}
+
+// publishFinal stores the final result in the results stream, retrying,
+// with a message id so a retry after a lost ack is not stored twice.
+func (a *Agent) publishFinal(t *task, r api.TaskResult) {
+	subject := a.fill(t, &r)
+	data, err := json.Marshal(r)
+	if err != nil {
+		t.log.Error("encode final result", "err", err)
+		return
+	}
+	msgID := fmt.Sprintf("%s.%d.%s.%d", r.JobID, r.TaskIndex, r.NodeID, r.Attempt)
+	backoff := 100 * time.Millisecond
+	for i := 1; ; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		_, err = a.js.Publish(ctx, subject, data, jetstream.WithMsgID(msgID))
+		cancel()
+		if err == nil {
+			return
+		}
+		if errors.Is(err, nats.ErrConnectionClosed) || i == publishAttempts {
+			break
+		}
+		t.log.Warn("publishing final result failed; retrying", "try", i, "err", err)
+		time.Sleep(backoff)
+		backoff *= 2
+	}
+	t.log.Error("final result lost", "status", r.Status, "err", err)
+}
+
+// progress forwards a backend's progress reports, at most one per
+// progressEvery, and none after the task ended.
+type progress struct {
+	a       *Agent
+	t       *task
+	mu      sync.Mutex
+	last    time.Time
+	stopped bool
+}
+
+func (p *progress) report(pct int, message string) {
+	p.mu.Lock()
+	now := time.Now()
+	if p.stopped || (!p.last.IsZero() && now.Sub(p.last) < progressEvery) {
+		p.mu.Unlock()
+		return
+	}
+	p.last = now
+	pct = min(max(pct, 0), 100)
+	// Publishing under the lock keeps a report from overtaking the final
+	// result: stop waits for it.
+	p.a.publishCore(p.t, api.TaskResult{Status: api.ResultProgress, Progress: &pct, Output: truncate(message), Timestamp: now.UTC()})
+	p.mu.Unlock()
+}
+
+func (p *progress) stop() {
+	p.mu.Lock()
+	p.stopped = true
+	p.mu.Unlock()
+}
