@@ -116,6 +116,8 @@ type Job struct {
 	TraceID   string    `json:"trace_id,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
+	// StartedAt is set when a controller claims the job.
+	StartedAt *time.Time `json:"started_at,omitempty"`
 	// FinishedAt is set once the job is terminal.
 	FinishedAt *time.Time `json:"finished_at,omitempty"`
 }

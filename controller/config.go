@@ -1,0 +1,146 @@
+package controller
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"time"
+
+	"github.com/gridfleet/terraform-provider-grid/api"
+	"github.com/gridfleet/terraform-provider-grid/internal/config"
+)
+
+// Config configures a controller. The yaml keys are those of the
+// controller's config file.
+type Config struct {
+	// Name identifies the controller among its peers; defaults to an id kept
+	// in the data dir so a restart keeps its identity.
+	Name string `yaml:"name"`
+	// APIAddr is where the HTTP API listens (host:port; port 0 picks one).
+	APIAddr string `yaml:"api_addr"`
+	// NATSAddr is where the embedded NATS server listens (port 0 or -1
+	// picks one).
+	NATSAddr string `yaml:"nats_addr"`
+	// DataDir holds JetStream's file store and the controller id.
+	DataDir string `yaml:"data_dir"`
+	// MaxConcurrent bounds the jobs this controller runs at once.
+	MaxConcurrent int `yaml:"max_concurrent"`
+	// MaxPending bounds jobs waiting to run; beyond it POST /job answers 429.
+	MaxPending int `yaml:"max_pending"`
+	// NodeOfflineAfter is how old a node's last heartbeat may get before the
+	// node counts as offline.
+	NodeOfflineAfter config.Duration `yaml:"node_offline_after"`
+	// DefaultTaskTimeout bounds a task that sets no timeout of its own.
+	DefaultTaskTimeout config.Duration `yaml:"default_task_timeout"`
+	// ResultGrace is how long past a task's timeout the controller waits for
+	// the agent's own timeout report before failing the node itself.
+	ResultGrace config.Duration `yaml:"result_grace"`
+	// RetryBackoff is the first retry delay; each further retry doubles it,
+	// up to RetryBackoffMax.
+	RetryBackoff    config.Duration `yaml:"retry_backoff"`
+	RetryBackoffMax config.Duration `yaml:"retry_backoff_max"`
+	// FlushInterval bounds how often a running job is written to KV.
+	FlushInterval config.Duration `yaml:"flush_interval"`
+	// HeartbeatInterval is how often the controller refreshes its own entry.
+	HeartbeatInterval config.Duration `yaml:"heartbeat_interval"`
+	// MaxBodyBytes caps request bodies; larger ones get 413.
+	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+
+	// Logger receives the controller's logs; nil logs nothing.
+	Logger *slog.Logger `yaml:"-"`
+}
+
+// DefaultConfig returns a controller config for one machine.
+func DefaultConfig() Config {
+	return Config{
+		APIAddr:            "127.0.0.1:8765",
+		NATSAddr:           "127.0.0.1:4222",
+		DataDir:            "grid-data",
+		MaxConcurrent:      256,
+		MaxPending:         10000,
+		NodeOfflineAfter:   config.Duration(30 * time.Second),
+		DefaultTaskTimeout: config.Duration(time.Hour),
+		ResultGrace:        config.Duration(10 * time.Second),
+		RetryBackoff:       config.Duration(500 * time.Millisecond),
+		RetryBackoffMax:    config.Duration(30 * time.Second),
+		FlushInterval:      config.Duration(100 * time.Millisecond),
+		HeartbeatInterval:  config.Duration(5 * time.Second),
+		MaxBodyBytes:       api.MaxJobFileBytes,
+	}
+}
+
+// LoadConfig reads a YAML config file over the values already in into.
+func LoadConfig(path string, into *Config) error {
+	return config.LoadYAML(path, into)
+}
+
+// Validate checks the config and says what to fix.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Name != "" && !api.ValidToken(c.Name) {
+		errs = append(errs, fmt.Errorf("name %q: use letters, digits, '_' and '-'", c.Name))
+	}
+	if _, _, err := net.SplitHostPort(c.APIAddr); err != nil {
+		errs = append(errs, fmt.Errorf("api_addr %q: want host:port", c.APIAddr))
+	}
+	if _, _, err := net.SplitHostPort(c.NATSAddr); err != nil {
+		errs = append(errs, fmt.Errorf("nats_addr %q: want host:port", c.NATSAddr))
+	}
+	if c.DataDir == "" {
+		errs = append(errs, errors.New("data_dir is required"))
+	}
+	if c.MaxConcurrent < 1 {
+		errs = append(errs, fmt.Errorf("max_concurrent must be at least 1, got %d", c.MaxConcurrent))
+	}
+	if c.MaxPending < 1 {
+		errs = append(errs, fmt.Errorf("max_pending must be at least 1, got %d", c.MaxPending))
+	}
+	for name, d := range map[string]config.Duration{
+		"node_offline_after": c.NodeOfflineAfter, "default_task_timeout": c.DefaultTaskTimeout,
+		"result_grace": c.ResultGrace, "retry_backoff": c.RetryBackoff, "retry_backoff_max": c.RetryBackoffMax,
+		"flush_interval": c.FlushInterval, "heartbeat_interval": c.HeartbeatInterval,
+	} {
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("%s must be positive", name))
+		}
+	}
+	if c.MaxBodyBytes < 1024 {
+		errs = append(errs, fmt.Errorf("max_body_bytes must be at least 1024, got %d", c.MaxBodyBytes))
+	}
+	return errors.Join(errs...)
+}
+
+func (c Config) logger() *slog.Logger {
+	if c.Logger != nil {
+		return c.Logger
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// controllerID returns the configured name, or one kept in the data dir so
+// that a restarted controller is the same controller.
+func (c Config) controllerID() (string, error) {
+	if c.Name != "" {
+		return c.Name, nil
+	}
+	path := c.DataDir + "/controller-id"
+	if b, err := os.ReadFile(path); err == nil && api.ValidToken(string(b)) {
+		return string(b), nil
+	}
+	host, _ := os.Hostname()
+	id := "ctl-" + randomID(6)
+	if host != "" {
+		if h := sanitizeToken(host); h != "" {
+			id = h + "-" + randomID(4)
+		}
+	}
+	if err := os.MkdirAll(c.DataDir, 0o750); err != nil {
+		return "", fmt.Errorf("data dir: %w", err)
+	}
+	if err := os.WriteFile(path, []byte(id), 0o600); err != nil {
+		return "", fmt.Errorf("write controller id: %w", err)
+	}
+	return id, nil
+}

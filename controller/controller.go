@@ -1,0 +1,315 @@
+// Package controller runs GRID's control plane: an embedded NATS server with
+// JetStream, the node registry, the job scheduler and the HTTP API.
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gridfleet/terraform-provider-grid/api"
+	"github.com/gridfleet/terraform-provider-grid/internal/bus"
+)
+
+// Controller is one GRID controller.
+type Controller struct {
+	cfg Config
+	id  string
+	log *slog.Logger
+
+	ns   *server.Server
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	reg  *registry
+	jobs *jobStore
+
+	httpSrv *http.Server
+	apiURL  string
+	natsURL string
+
+	mu   sync.Mutex
+	runs map[string]*run
+	// slots bounds concurrently running jobs (max_concurrent).
+	slots chan struct{}
+
+	started time.Time
+	ready   bool
+	done    chan struct{}
+}
+
+// New checks the config and returns a controller ready to Start.
+func New(cfg Config) (*Controller, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("controller config: %w", err)
+	}
+	return &Controller{cfg: cfg, log: cfg.logger(), runs: map[string]*run{},
+		slots: make(chan struct{}, cfg.MaxConcurrent), done: make(chan struct{})}, nil
+}
+
+// ID is the controller's name among its peers.
+func (c *Controller) ID() string { return c.id }
+
+// APIURL is the base URL of the HTTP API.
+func (c *Controller) APIURL() string { return c.apiURL }
+
+// NATSURL is the client URL of the embedded NATS server.
+func (c *Controller) NATSURL() string { return c.natsURL }
+
+// Done is closed once the controller has stopped after its context ended.
+func (c *Controller) Done() <-chan struct{} { return c.done }
+
+// Start brings up NATS, the topology, the registry, the scheduler and the
+// API, and returns when the controller is ready. Everything stops when ctx
+// ends; Done reports when that has finished.
+func (c *Controller) Start(ctx context.Context) error {
+	id, err := c.cfg.controllerID()
+	if err != nil {
+		return err
+	}
+	c.id = id
+	c.log = c.log.With("controller", id)
+	c.started = time.Now().UTC()
+
+	host, portStr, _ := net.SplitHostPort(c.cfg.NATSAddr)
+	port, err := strconv.Atoi(portStr)
+	if err != nil {
+		return fmt.Errorf("nats_addr port %q: %w", portStr, err)
+	}
+	if port == 0 {
+		port = -1
+	}
+	// The server outlives ctx slightly: it stops after the API and the
+	// scheduler, in shutdown.
+	nsCtx, stopNATS := context.WithCancel(context.Background())
+	ns, err := bus.StartServer(nsCtx, bus.ServerConfig{Name: id, Host: host, Port: port, DataDir: c.cfg.DataDir + "/jetstream"})
+	if err != nil {
+		stopNATS()
+		return err
+	}
+	c.ns = ns
+	c.natsURL = ns.ClientURL()
+
+	fail := func(err error) error {
+		if c.nc != nil {
+			c.nc.Close()
+		}
+		stopNATS()
+		ns.WaitForShutdown()
+		return err
+	}
+	c.nc, err = bus.Connect("grid-controller-"+id, []string{c.natsURL}, c.log)
+	if err != nil {
+		return fail(err)
+	}
+	c.js, err = jetstream.New(c.nc)
+	if err != nil {
+		return fail(fmt.Errorf("jetstream: %w", err))
+	}
+	setupCtx, cancelSetup := context.WithTimeout(ctx, 30*time.Second)
+	defer cancelSetup()
+	if err := bus.EnsureTopology(setupCtx, c.js, bus.DefaultTopology()); err != nil {
+		return fail(fmt.Errorf("set up streams and buckets: %w", err))
+	}
+	jobsKV, err := c.js.KeyValue(setupCtx, api.BucketJobs)
+	if err != nil {
+		return fail(err)
+	}
+	c.jobs = &jobStore{kv: jobsKV}
+	nodesKV, err := c.js.KeyValue(setupCtx, api.BucketNodes)
+	if err != nil {
+		return fail(err)
+	}
+	schemasKV, err := c.js.KeyValue(setupCtx, api.BucketSchemas)
+	if err != nil {
+		return fail(err)
+	}
+	runCtx, stopRuns := context.WithCancel(context.Background())
+	c.reg = newRegistry(c.log, c.cfg.NodeOfflineAfter.D(), schemasKV)
+	if err := c.reg.watch(runCtx, nodesKV); err != nil {
+		stopRuns()
+		return fail(fmt.Errorf("watch nodes: %w", err))
+	}
+	if err := c.consumeResults(runCtx); err != nil {
+		stopRuns()
+		return fail(err)
+	}
+	cancelSub, err := c.nc.Subscribe(api.SubjectCancelAll, c.onCancel)
+	if err != nil {
+		stopRuns()
+		return fail(fmt.Errorf("subscribe cancellations: %w", err))
+	}
+	ln, err := net.Listen("tcp", c.cfg.APIAddr)
+	if err != nil {
+		stopRuns()
+		return fail(fmt.Errorf("API listen on %s: %w", c.cfg.APIAddr, err))
+	}
+	c.apiURL = "http://" + ln.Addr().String()
+	c.httpSrv = &http.Server{Handler: c.routes(), ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := c.httpSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			c.log.Error("API server", "err", err)
+		}
+	}()
+
+	c.resumeOwned(runCtx)
+	schedDone := make(chan struct{})
+	go func() {
+		defer close(schedDone)
+		c.schedule(runCtx)
+	}()
+	go c.heartbeat(runCtx)
+	c.mu.Lock()
+	c.ready = true
+	c.mu.Unlock()
+	c.log.Info("controller ready", "api", c.apiURL, "nats", c.natsURL, "data_dir", c.cfg.DataDir)
+
+	go func() {
+		<-ctx.Done()
+		c.shutdown(stopRuns, schedDone, cancelSub, stopNATS)
+	}()
+	return nil
+}
+
+func (c *Controller) shutdown(stopRuns context.CancelFunc, schedDone chan struct{}, cancelSub *nats.Subscription, stopNATS context.CancelFunc) {
+	defer close(c.done)
+	c.mu.Lock()
+	c.ready = false
+	runs := make([]*run, 0, len(c.runs))
+	for _, r := range c.runs {
+		runs = append(runs, r)
+	}
+	c.mu.Unlock()
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = c.httpSrv.Shutdown(sctx)
+	_ = cancelSub.Unsubscribe()
+	for _, r := range runs {
+		r.cancel(errShutdown)
+	}
+	for _, r := range runs {
+		<-r.done
+	}
+	stopRuns()
+	<-schedDone
+	c.putInfo(sctx, "offline")
+	_ = c.nc.Drain()
+	stopNATS()
+	c.ns.WaitForShutdown()
+	c.log.Info("controller stopped")
+}
+
+// heartbeat keeps this controller's entry in the controllers bucket fresh.
+func (c *Controller) heartbeat(ctx context.Context) {
+	t := time.NewTicker(c.cfg.HeartbeatInterval.D())
+	defer t.Stop()
+	for {
+		c.putInfo(ctx, "online")
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (c *Controller) putInfo(ctx context.Context, status string) {
+	kv, err := c.js.KeyValue(ctx, api.BucketControllers)
+	if err != nil {
+		return
+	}
+	c.mu.Lock()
+	running := len(c.runs)
+	c.mu.Unlock()
+	info := api.ControllerInfo{ID: c.id, APIAddr: c.apiURL, NATSURL: c.natsURL, Status: status,
+		Running: running, Started: c.started, LastSeen: time.Now().UTC()}
+	b, _ := json.Marshal(info)
+	if _, err := kv.Put(ctx, c.id, b); err != nil && ctx.Err() == nil {
+		c.log.Warn("controller heartbeat", "err", err)
+	}
+}
+
+// consumeResults follows the results stream with one ordered consumer and
+// routes each result to the run that waits for it.
+func (c *Controller) consumeResults(ctx context.Context) error {
+	cons, err := c.js.OrderedConsumer(ctx, api.StreamResults, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{api.SubjectResults},
+		DeliverPolicy:  jetstream.DeliverNewPolicy,
+	})
+	if err != nil {
+		return fmt.Errorf("results consumer: %w", err)
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		c.routeResult(m.Subject(), m.Data())
+	}, jetstream.PullMaxMessages(4096))
+	if err != nil {
+		return fmt.Errorf("consume results: %w", err)
+	}
+	go func() {
+		<-ctx.Done()
+		cc.Stop()
+	}()
+	return nil
+}
+
+func (c *Controller) routeResult(subject string, data []byte) {
+	// result.<job>.<step>.<node>
+	parts := strings.SplitN(subject, ".", 4)
+	if len(parts) != 4 {
+		return
+	}
+	c.mu.Lock()
+	r := c.runs[parts[1]]
+	c.mu.Unlock()
+	if r == nil {
+		return
+	}
+	var tr api.TaskResult
+	if err := json.Unmarshal(data, &tr); err != nil {
+		c.log.Warn("malformed result", "subject", subject, "err", err)
+		return
+	}
+	// The subject names the sender; trust it over the body.
+	tr.JobID, tr.NodeID = parts[1], parts[3]
+	if step, err := strconv.Atoi(parts[2]); err == nil {
+		tr.TaskIndex = step
+	}
+	r.deliver(&tr)
+}
+
+// onCancel hears cancel.<job> from any controller's API and stops the run
+// if this controller owns it.
+func (c *Controller) onCancel(m *nats.Msg) {
+	id := strings.TrimPrefix(m.Subject, "cancel.")
+	c.mu.Lock()
+	r := c.runs[id]
+	c.mu.Unlock()
+	if r != nil {
+		r.cancel(errCancelled)
+	}
+}
+
+func (c *Controller) jobFinished(r *run, _ api.JobStatus) {
+	c.mu.Lock()
+	delete(c.runs, r.job.ID)
+	c.mu.Unlock()
+	<-c.slots
+}
+
+// localRun returns the run of a job this controller is executing.
+func (c *Controller) localRun(id string) *run {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.runs[id]
+}

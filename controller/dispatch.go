@@ -1,0 +1,134 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gridfleet/terraform-provider-grid/api"
+)
+
+// maxExclude bounds the exclude list a broadcast carries; beyond it the
+// step goes out as one command per node instead.
+const maxExclude = 256
+
+func (c *Controller) taskTimeout(t api.Task) time.Duration {
+	if t.Timeout != "" {
+		if d, err := time.ParseDuration(t.Timeout); err == nil && d > 0 {
+			return d
+		}
+	}
+	return c.cfg.DefaultTaskTimeout.D()
+}
+
+// backoff is the delay before retry number attempt+1: the configured base,
+// doubled per attempt, capped.
+func (c *Controller) backoff(attempt int) time.Duration {
+	d := c.cfg.RetryBackoff.D()
+	for i := 1; i < attempt && d < c.cfg.RetryBackoffMax.D(); i++ {
+		d *= 2
+	}
+	return min(d, c.cfg.RetryBackoffMax.D())
+}
+
+func (r *run) command(s api.FlatStep, attempt int) api.Command {
+	return api.Command{
+		JobID: r.job.ID, TaskIndex: s.Index, Attempt: attempt, Task: s.Task,
+		CheckMode: r.job.CheckMode, Timeout: r.c.taskTimeout(s.Task).String(), ResolvedAt: r.resolvedAt,
+	}
+}
+
+// dispatchMany sends the first attempt of a barrier step to nodes: one
+// broadcast on the target's subject when that reaches exactly these nodes
+// (give or take a short exclude list), else one command per node.
+func (r *run) dispatchMany(s api.FlatStep, nodes []*nodeRun, attempt int) {
+	t := r.job.Target
+	if t.Scope == api.ScopeAll || t.Scope == api.ScopeGroup {
+		active := make(map[string]bool, len(nodes))
+		for _, n := range nodes {
+			active[n.id] = true
+		}
+		var exclude []string
+		for _, id := range r.job.Expected {
+			if !active[id] {
+				exclude = append(exclude, id)
+			}
+		}
+		if len(exclude) <= maxExclude {
+			cmd := r.command(s, attempt)
+			cmd.Exclude = exclude
+			r.markDispatched(s, nodes, attempt)
+			r.c.publishCommand(r.ctx, api.CommandSubject(t, s.Task.Backend, s.Task.Action), &cmd)
+			return
+		}
+	}
+	for _, n := range nodes {
+		r.dispatchOne(s, n, attempt)
+	}
+}
+
+// dispatchOne sends one attempt of a step to one node.
+func (r *run) dispatchOne(s api.FlatStep, n *nodeRun, attempt int) {
+	cmd := r.command(s, attempt)
+	r.markDispatched(s, []*nodeRun{n}, attempt)
+	r.c.publishCommand(r.ctx, api.NodeCommandSubject(n.id, s.Task.Backend, s.Task.Action), &cmd)
+}
+
+func (r *run) markDispatched(s api.FlatStep, nodes []*nodeRun, attempt int) {
+	now := time.Now()
+	deadline := now.Add(r.c.taskTimeout(s.Task) + r.c.cfg.ResultGrace.D())
+	for _, n := range nodes {
+		n.attempt = attempt
+		n.waiting = true
+		n.deadline = deadline
+	}
+	ts := now.UTC()
+	r.update(func(j *api.Job) {
+		m := ensureStep(j, s.Index)
+		for _, n := range nodes {
+			res := m[n.id]
+			if res == nil {
+				res = &api.NodeResult{}
+				m[n.id] = res
+			}
+			res.Status = api.StepDispatched
+			res.Attempts = attempt
+			res.Events = append(res.Events, api.Event{Status: api.StepDispatched, Time: ts, Attempt: attempt})
+		}
+		if j.Step < s.Index {
+			j.Step = s.Index
+		}
+	})
+}
+
+// publishCommand stores the command in the commands stream (which also
+// delivers it to the agents' core subscriptions). A failed publish is
+// logged; the step's deadline then fails the nodes.
+func (c *Controller) publishCommand(ctx context.Context, subject string, cmd *api.Command) {
+	data, err := json.Marshal(cmd)
+	if err != nil {
+		c.log.Error("encode command", "err", err)
+		return
+	}
+	msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}
+	// The message id lets JetStream drop a duplicate publish of the same
+	// attempt within its duplicate window.
+	msg.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("%s/%d/%d/%s", cmd.JobID, cmd.TaskIndex, cmd.Attempt, subject))
+	for try := range 3 {
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err = c.js.PublishMsg(pctx, msg)
+		cancel()
+		if err == nil {
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		time.Sleep(time.Duration(try+1) * 100 * time.Millisecond)
+	}
+	c.log.Error("publish command", "subject", subject, "job", cmd.JobID, "step", cmd.TaskIndex, "err", err)
+}

@@ -1,0 +1,356 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gridfleet/terraform-provider-grid/api"
+)
+
+func (c *Controller) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /job", c.handleSubmit)
+	mux.HandleFunc("GET /job/{id}", c.handleGetJob)
+	mux.HandleFunc("POST /job/{id}/cancel", c.handleCancel)
+	mux.HandleFunc("GET /jobs", c.handleListJobs)
+	mux.HandleFunc("GET /nodes", c.handleListNodes)
+	mux.HandleFunc("GET /node/{id}", c.handleGetNode)
+	mux.HandleFunc("GET /status", c.handleStatus)
+	mux.HandleFunc("GET /controllers", c.handleControllers)
+	mux.HandleFunc("GET /backends", c.handleBackends)
+	mux.HandleFunc("GET /healthz", c.handleHealthz)
+	mux.HandleFunc("GET /readyz", c.handleReadyz)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path))
+	})
+	return mux
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, code int, msg string) {
+	writeJSON(w, code, api.ErrorBody{Error: msg})
+}
+
+func (c *Controller) handleSubmit(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, c.cfg.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is larger than %d bytes", c.cfg.MaxBodyBytes))
+			return
+		}
+		writeError(w, http.StatusBadRequest, "read request body: "+err.Error())
+		return
+	}
+	spec, err := api.ParseJobSpec(body)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	job := spec.Job()
+	if err := c.reg.catalog().ValidateJob(job); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	pending, err := c.pendingCount(r.Context())
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+		return
+	}
+	if pending >= c.cfg.MaxPending {
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusTooManyRequests, fmt.Sprintf("job queue is full (%d pending, max_pending %d); retry later", pending, c.cfg.MaxPending))
+		return
+	}
+	now := time.Now().UTC()
+	job.ID = newJobID()
+	job.Status = api.JobPending
+	job.Expected = []string{}
+	job.CreatedAt, job.UpdatedAt = now, now
+	if job.Strategy == "" {
+		job.Strategy = api.StrategyFailFast
+	}
+	if _, err := c.jobs.create(r.Context(), job); err != nil {
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+		return
+	}
+	if _, err := c.js.Publish(r.Context(), api.RequestSubject(job.ID), []byte(job.ID)); err != nil {
+		// Without its request no scheduler would ever see the job.
+		_, _, _ = c.jobs.mutate(context.Background(), job.ID, func(j *api.Job) bool {
+			j.Status, j.Error = api.JobFailed, "could not queue the job: "+err.Error()
+			return true
+		})
+		writeError(w, http.StatusServiceUnavailable, "queue job: "+err.Error())
+		return
+	}
+	c.log.Info("job submitted", "job", job.ID, "target", job.Target.String(), "steps", api.LeafCount(job.Tasks))
+	writeJSON(w, http.StatusAccepted, job)
+}
+
+// currentJob returns the freshest view of a job: the run's own copy when
+// this controller runs it, else the stored one.
+func (c *Controller) currentJob(ctx context.Context, id string) (*api.Job, error) {
+	if r := c.localRun(id); r != nil {
+		return r.snapshot(), nil
+	}
+	j, _, err := c.jobs.get(ctx, id)
+	return j, err
+}
+
+func (c *Controller) handleGetJob(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if ws := r.URL.Query().Get("wait"); ws != "" {
+		d, err := time.ParseDuration(ws)
+		if err != nil || d < 0 {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("wait %q is not a duration", ws))
+			return
+		}
+		c.waitTerminal(r.Context(), id, min(d, 60*time.Second))
+	}
+	j, err := c.currentJob(r.Context(), id)
+	if errors.Is(err, api.ErrNotFound) {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("job %s not found", id))
+		return
+	}
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, j)
+}
+
+// waitTerminal blocks until the job is terminal or d passes, following the
+// job's key so it answers the moment the job ends on any controller.
+func (c *Controller) waitTerminal(ctx context.Context, id string, d time.Duration) {
+	if !api.ValidToken(id) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	w, err := c.jobs.kv.Watch(ctx, id)
+	if err != nil {
+		return
+	}
+	defer func() { _ = w.Stop() }()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case e, ok := <-w.Updates():
+			if !ok {
+				return
+			}
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			var j api.Job
+			if json.Unmarshal(e.Value(), &j) == nil && j.Status.Terminal() {
+				return
+			}
+		}
+	}
+}
+
+func (c *Controller) handleCancel(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	j, err := c.currentJob(r.Context(), id)
+	if errors.Is(err, api.ErrNotFound) {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("job %s not found", id))
+		return
+	}
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+		return
+	}
+	if j.Status.Terminal() {
+		writeError(w, http.StatusConflict, fmt.Sprintf("job %s is already %s", id, j.Status))
+		return
+	}
+	// A pending job is cancelled in place; the scheduler skips it.
+	j, _, err = c.jobs.mutate(r.Context(), id, func(j *api.Job) bool {
+		if j.Status != api.JobPending {
+			return false
+		}
+		now := time.Now().UTC()
+		j.Status, j.Error, j.FinishedAt, j.UpdatedAt = api.JobCancelled, "cancelled by request", &now, now
+		return true
+	})
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+		return
+	}
+	if j.Status == api.JobRunning {
+		// The owner (this controller or another) and the agents hear this.
+		if err := c.nc.Publish(api.CancelSubject(id), nil); err != nil {
+			writeError(w, http.StatusServiceUnavailable, "publish cancel: "+err.Error())
+			return
+		}
+		// Give a local run a moment to settle so the answer shows the outcome.
+		if lr := c.localRun(id); lr != nil {
+			select {
+			case <-lr.done:
+			case <-time.After(2 * time.Second):
+			}
+		}
+		if cur, err := c.currentJob(r.Context(), id); err == nil {
+			j = cur
+		}
+	}
+	c.log.Info("job cancel requested", "job", id, "status", j.Status)
+	writeJSON(w, http.StatusAccepted, j)
+}
+
+func (c *Controller) handleListJobs(w http.ResponseWriter, r *http.Request) {
+	jobs, err := c.jobs.list(r.Context())
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+		return
+	}
+	status := r.URL.Query().Get("status")
+	out := make([]api.Job, 0, len(jobs))
+	for _, j := range jobs {
+		if lr := c.localRun(j.ID); lr != nil {
+			j = *lr.snapshot()
+		}
+		if status != "" && string(j.Status) != status {
+			continue
+		}
+		out = append(out, j)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (c *Controller) handleListNodes(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, c.reg.list(false))
+}
+
+func (c *Controller) handleGetNode(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	n, ok := c.reg.get(id)
+	if !ok {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("node %s not found", id))
+		return
+	}
+	writeJSON(w, http.StatusOK, n)
+}
+
+func (c *Controller) handleStatus(w http.ResponseWriter, r *http.Request) {
+	jobs, err := c.jobs.list(r.Context())
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+		return
+	}
+	qs := api.QueueStats{Total: len(jobs), StatusCounts: map[string]int{}, OperationCounts: map[string]int{}}
+	for _, j := range jobs {
+		qs.StatusCounts[string(j.Status)]++
+		for _, s := range api.Flatten(j.Tasks) {
+			qs.OperationCounts[s.Task.Name()]++
+		}
+	}
+	ctls, _ := c.controllers(r.Context())
+	writeJSON(w, http.StatusOK, api.Status{
+		Nodes: c.reg.counts(), Controllers: len(ctls), Jobs: qs, Time: time.Now().UTC(),
+		Limits: map[string]int{"max_concurrent": c.cfg.MaxConcurrent, "max_pending": c.cfg.MaxPending},
+	})
+}
+
+func (c *Controller) controllers(ctx context.Context) ([]api.ControllerInfo, error) {
+	kv, err := c.js.KeyValue(ctx, api.BucketControllers)
+	if err != nil {
+		return nil, err
+	}
+	w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = w.Stop() }()
+	var out []api.ControllerInfo
+	stale := 3 * c.cfg.HeartbeatInterval.D()
+	for e := range w.Updates() {
+		if e == nil {
+			break
+		}
+		var ci api.ControllerInfo
+		if json.Unmarshal(e.Value(), &ci) == nil {
+			if ci.Status == "online" && time.Since(ci.LastSeen) > stale {
+				ci.Status = "stale"
+			}
+			out = append(out, ci)
+		}
+	}
+	return out, nil
+}
+
+func (c *Controller) handleControllers(w http.ResponseWriter, r *http.Request) {
+	out, err := c.controllers(r.Context())
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (c *Controller) handleBackends(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, c.reg.catalog())
+}
+
+func (c *Controller) handleHealthz(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// handleReadyz reports ready only when NATS is connected, JetStream answers
+// and every stream and bucket is present.
+func (c *Controller) handleReadyz(w http.ResponseWriter, r *http.Request) {
+	checks := map[string]string{}
+	ok := true
+	fail := func(k, v string) { checks[k] = v; ok = false }
+	c.mu.Lock()
+	ready := c.ready
+	c.mu.Unlock()
+	if !ready {
+		fail("controller", "starting or stopping")
+	}
+	if !c.nc.IsConnected() {
+		fail("nats", "not connected")
+	} else {
+		checks["nats"] = "connected"
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	if _, err := c.js.AccountInfo(ctx); err != nil {
+		fail("jetstream", err.Error())
+	} else {
+		checks["jetstream"] = "ok"
+	}
+	for _, s := range []string{api.StreamRequests, api.StreamCommands, api.StreamResults} {
+		if _, err := c.js.Stream(ctx, s); err != nil {
+			fail("stream "+s, err.Error())
+		}
+	}
+	for _, b := range []string{api.BucketJobs, api.BucketNodes, api.BucketControllers, api.BucketSchemas} {
+		if _, err := c.js.KeyValue(ctx, b); err != nil {
+			fail("bucket "+b, err.Error())
+		}
+	}
+	status := "ready"
+	code := http.StatusOK
+	if !ok {
+		status, code = "not ready", http.StatusServiceUnavailable
+	}
+	checks["status"] = status
+	writeJSON(w, code, checks)
+}

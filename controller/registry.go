@@ -1,0 +1,250 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gridfleet/terraform-provider-grid/api"
+)
+
+// registry is the controller's in-memory view of the nodes bucket, kept
+// current by a KV watch so target resolution never reads KV.
+type registry struct {
+	log          *slog.Logger
+	offlineAfter time.Duration
+	schemasKV    jetstream.KeyValue
+
+	mu      sync.RWMutex
+	nodes   map[string]*api.NodeInfo
+	schemas map[string][]api.BackendSchema // by digest
+	// changed is closed and replaced whenever a node changes state, so
+	// waiting steps notice a node going offline at once.
+	changed chan struct{}
+	rr      uint64
+}
+
+func newRegistry(log *slog.Logger, offlineAfter time.Duration, schemasKV jetstream.KeyValue) *registry {
+	return &registry{log: log, offlineAfter: offlineAfter, schemasKV: schemasKV,
+		nodes: map[string]*api.NodeInfo{}, schemas: map[string][]api.BackendSchema{}, changed: make(chan struct{})}
+}
+
+// watch follows the nodes bucket until ctx ends. It returns once the initial
+// values are loaded.
+func (r *registry) watch(ctx context.Context, kv jetstream.KeyValue) error {
+	w, err := kv.WatchAll(ctx)
+	if err != nil {
+		return err
+	}
+	ready := make(chan struct{})
+	go func() {
+		defer func() { _ = w.Stop() }()
+		initial := true
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case e, ok := <-w.Updates():
+				if !ok {
+					return
+				}
+				if e == nil {
+					if initial {
+						initial = false
+						close(ready)
+					}
+					continue
+				}
+				r.apply(ctx, e)
+			}
+		}
+	}()
+	select {
+	case <-ready:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (r *registry) apply(ctx context.Context, e jetstream.KeyValueEntry) {
+	if e.Operation() != jetstream.KeyValuePut {
+		r.mu.Lock()
+		delete(r.nodes, e.Key())
+		r.notifyLocked()
+		r.mu.Unlock()
+		return
+	}
+	var n api.NodeInfo
+	if err := json.Unmarshal(e.Value(), &n); err != nil {
+		r.log.Warn("ignoring malformed node entry", "node", e.Key(), "err", err)
+		return
+	}
+	if n.SchemaDigest != "" {
+		r.loadSchemas(ctx, n.SchemaDigest)
+	}
+	r.mu.Lock()
+	prev := r.nodes[n.ID]
+	r.nodes[n.ID] = &n
+	if prev == nil || prev.Status != n.Status || prev.OnlineSince != n.OnlineSince {
+		r.notifyLocked()
+	}
+	r.mu.Unlock()
+}
+
+func (r *registry) loadSchemas(ctx context.Context, digest string) {
+	r.mu.RLock()
+	_, ok := r.schemas[digest]
+	r.mu.RUnlock()
+	if ok {
+		return
+	}
+	e, err := r.schemasKV.Get(ctx, digest)
+	if err != nil {
+		r.log.Warn("node schemas not found", "digest", digest, "err", err)
+		return
+	}
+	var set []api.BackendSchema
+	if err := json.Unmarshal(e.Value(), &set); err != nil {
+		r.log.Warn("ignoring malformed schema set", "digest", digest, "err", err)
+		return
+	}
+	r.mu.Lock()
+	r.schemas[digest] = set
+	r.mu.Unlock()
+}
+
+func (r *registry) notifyLocked() {
+	close(r.changed)
+	r.changed = make(chan struct{})
+}
+
+// changes returns a channel closed at the next node state change.
+func (r *registry) changes() <-chan struct{} {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.changed
+}
+
+// online reports whether a node is registered, not offline, and heard from
+// recently.
+func (r *registry) online(id string, now time.Time) bool {
+	r.mu.RLock()
+	n := r.nodes[id]
+	r.mu.RUnlock()
+	return n != nil && r.isOnline(n, now)
+}
+
+func (r *registry) isOnline(n *api.NodeInfo, now time.Time) bool {
+	return n.Status == api.NodeOnline && now.Sub(n.LastSeen) <= r.offlineAfter
+}
+
+// view returns a node as the API shows it: status derived from the
+// heartbeat age, schemas filled in.
+func (r *registry) view(n *api.NodeInfo, now time.Time, withSchemas bool) api.NodeInfo {
+	v := *n
+	if !r.isOnline(n, now) {
+		v.Status = api.NodeOffline
+	}
+	if withSchemas {
+		v.Schemas = r.schemas[n.SchemaDigest]
+	}
+	return v
+}
+
+// list returns every known node, sorted by id.
+func (r *registry) list(withSchemas bool) []api.NodeInfo {
+	now := time.Now()
+	r.mu.RLock()
+	out := make([]api.NodeInfo, 0, len(r.nodes))
+	for _, n := range r.nodes {
+		out = append(out, r.view(n, now, withSchemas))
+	}
+	r.mu.RUnlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+func (r *registry) get(id string) (api.NodeInfo, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	n, ok := r.nodes[id]
+	if !ok {
+		return api.NodeInfo{}, false
+	}
+	return r.view(n, time.Now(), true), true
+}
+
+// resolve returns the online nodes a target selects, sorted. ScopeAny picks
+// one, round robin.
+func (r *registry) resolve(t api.Target) []string {
+	now := time.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var ids []string
+	if t.Scope == api.ScopeNode {
+		if n := r.nodes[t.Value]; n != nil && r.isOnline(n, now) {
+			ids = append(ids, n.ID)
+		}
+		return ids
+	}
+	for _, n := range r.nodes {
+		if r.isOnline(n, now) && t.Matches(n.ID, n.Groups) {
+			ids = append(ids, n.ID)
+		}
+	}
+	sort.Strings(ids)
+	if t.Scope == api.ScopeAny && len(ids) > 0 {
+		r.rr++
+		return []string{ids[int(r.rr%uint64(len(ids)))]}
+	}
+	return ids
+}
+
+// catalog merges the schemas of online nodes.
+func (r *registry) catalog() *api.Catalog {
+	now := time.Now()
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	counts := map[string]int{}
+	seen := map[string]bool{}
+	var sets [][]api.BackendSchema
+	for _, n := range r.nodes {
+		if !r.isOnline(n, now) {
+			continue
+		}
+		set := r.schemas[n.SchemaDigest]
+		for _, b := range set {
+			counts[b.Name]++
+		}
+		if !seen[n.SchemaDigest] {
+			seen[n.SchemaDigest] = true
+			sets = append(sets, set)
+		}
+	}
+	return &api.Catalog{Backends: api.MergeSchemas(sets...), Nodes: counts}
+}
+
+// counts tallies nodes by state.
+func (r *registry) counts() api.NodeCounts {
+	now := time.Now()
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	c := api.NodeCounts{Total: len(r.nodes)}
+	for _, n := range r.nodes {
+		if r.isOnline(n, now) {
+			c.Online++
+		} else {
+			c.Offline++
+		}
+	}
+	return c
+}
+
+var errNoNodes = errors.New("target matched no online nodes")

@@ -1,0 +1,282 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/gridfleet/terraform-provider-grid/api"
+)
+
+// Causes of a run's context ending early.
+var (
+	errCancelled  = errors.New("job cancelled")
+	errJobTimeout = errors.New("job timeout")
+	errShutdown   = errors.New("controller shutting down")
+)
+
+// run is one job being executed by this controller. One goroutine drives
+// it; the API reads its job under mu.
+type run struct {
+	c     *Controller
+	log   *slog.Logger
+	steps []api.FlatStep
+
+	inbox  chan *api.TaskResult
+	retryC chan retryReq
+
+	ctx         context.Context
+	cancel      context.CancelCauseFunc
+	stopTimeout context.CancelFunc
+
+	mu         sync.Mutex
+	job        *api.Job
+	rev        uint64
+	dirty      bool
+	resolvedAt time.Time
+
+	flushKick chan struct{}
+	done      chan struct{}
+}
+
+type retryReq struct {
+	node    string
+	step    int
+	attempt int
+}
+
+// execState is the walker's state across top-level phases.
+type execState struct {
+	active     []string
+	stepFailed bool
+	failFast   bool
+}
+
+// snapshot returns a copy of the job safe to hand out.
+func (r *run) snapshot() *api.Job {
+	r.mu.Lock()
+	b, _ := json.Marshal(r.job)
+	r.mu.Unlock()
+	var j api.Job
+	_ = json.Unmarshal(b, &j)
+	return &j
+}
+
+// update changes the job under the lock and schedules a flush.
+func (r *run) update(fn func(j *api.Job)) {
+	r.mu.Lock()
+	fn(r.job)
+	r.job.UpdatedAt = time.Now().UTC()
+	r.dirty = true
+	r.mu.Unlock()
+	select {
+	case r.flushKick <- struct{}{}:
+	default:
+	}
+}
+
+// flushLoop writes the job to KV at most once per flush interval while it
+// changes, so a step on 10,000 nodes is not 10,000 KV writes.
+func (r *run) flushLoop() {
+	interval := r.c.cfg.FlushInterval.D()
+	for {
+		select {
+		case <-r.done:
+			return
+		case <-r.flushKick:
+		}
+		select {
+		case <-r.done:
+			return
+		case <-time.After(interval):
+		}
+		r.flush()
+	}
+}
+
+// flush writes the job to KV if it changed. The owner is the only writer of
+// a running job, so a conflict means someone else touched it (a cancel from
+// another controller): the stored status wins if it is terminal.
+func (r *run) flush() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.dirty {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for range 5 {
+		rev, err := r.c.jobs.update(ctx, r.job, r.rev)
+		if err == nil {
+			r.rev = rev
+			r.dirty = false
+			return
+		}
+		if !errors.Is(err, errConflict) {
+			r.log.Warn("write job", "err", err)
+			return
+		}
+		stored, srev, gerr := r.c.jobs.get(ctx, r.job.ID)
+		if gerr != nil {
+			r.log.Warn("re-read job after conflict", "err", gerr)
+			return
+		}
+		r.rev = srev
+		if stored.Status == api.JobCancelled && !r.job.Status.Terminal() {
+			r.cancel(errCancelled)
+		}
+	}
+}
+
+func (r *run) flushNow() {
+	r.flush()
+}
+
+// deliver hands a result to the run; it never blocks the consumer for long.
+func (r *run) deliver(tr *api.TaskResult) {
+	select {
+	case r.inbox <- tr:
+	case <-r.done:
+	}
+}
+
+// execute runs the whole job and records its final state.
+func (r *run) execute() {
+	defer close(r.done)
+	defer r.cancel(nil)
+	defer r.stopTimeout()
+	go r.flushLoop()
+
+	job := r.snapshot()
+	st := &execState{active: slices.Clone(job.Expected)}
+	var errMsg string
+	if len(st.active) == 0 {
+		errMsg = errNoNodes.Error() + " (" + job.Target.String() + ")"
+		st.failFast = true
+	} else {
+		r.walk(job.Tasks, 0, st, 1)
+	}
+
+	status := api.JobCompleted
+	cause := context.Cause(r.ctx)
+	switch {
+	case errors.Is(cause, errCancelled):
+		status, errMsg = api.JobCancelled, "cancelled by request"
+	case errors.Is(cause, errJobTimeout):
+		status, errMsg = api.JobFailed, fmt.Sprintf("job timeout after %s", job.Timeout)
+	case errors.Is(cause, errShutdown):
+		// Leave the job running in KV: a restart of this controller (or a
+		// peer's recovery) resumes it.
+		r.flushNow()
+		return
+	case st.failFast:
+		status = api.JobFailed
+		if errMsg == "" {
+			errMsg = "a step failed (fail-fast)"
+		}
+	case st.stepFailed && len(st.active) == 0:
+		status, errMsg = api.JobFailed, "every node failed"
+	case st.stepFailed:
+		status = api.JobPartialFailure
+		errMsg = "some nodes failed"
+	}
+	now := time.Now().UTC()
+	r.update(func(j *api.Job) {
+		j.Status = status
+		j.Error = errMsg
+		j.FinishedAt = &now
+	})
+	r.flushNow()
+	r.log.Info("job finished", "status", status, "error", errMsg)
+	r.c.jobFinished(r, status)
+}
+
+// walk runs phases in order (the seed's executePhases). base is the flat
+// index of the first leaf; depth 1 is top level.
+func (r *run) walk(phases []api.Phase, base int, st *execState, depth int) {
+	idx := base
+	for _, p := range phases {
+		n := p.LeafCount()
+		if r.ctx.Err() != nil || len(st.active) == 0 {
+			return
+		}
+		if skip := skipPhase(p.Condition, st); skip {
+			r.markSkipped(idx, n, st.active, conditionReason(p.Condition, st))
+			idx += n
+			continue
+		}
+		var failed map[string]bool
+		if p.IsLeaf() {
+			failed = r.runSteps(r.steps[idx:idx+1], st.active, st.stepFailed, true)
+		} else {
+			failed = r.runSteps(r.steps[idx:idx+n], st.active, st.stepFailed, false)
+		}
+		if len(failed) > 0 {
+			st.stepFailed = true
+			if r.job.Strategy == api.StrategyContinue {
+				st.active = slices.DeleteFunc(st.active, func(id string) bool { return failed[id] })
+			} else {
+				st.failFast = true
+			}
+		}
+		idx += n
+	}
+}
+
+func skipPhase(c api.Condition, st *execState) bool {
+	if st.failFast && c != api.ConditionOnFailure {
+		return true
+	}
+	switch c {
+	case api.ConditionOnSuccess:
+		return st.stepFailed
+	case api.ConditionOnFailure:
+		return !st.stepFailed
+	}
+	return false
+}
+
+func conditionReason(c api.Condition, st *execState) string {
+	switch {
+	case st.failFast && c != api.ConditionOnFailure:
+		return "skipped: an earlier step failed (fail-fast)"
+	case c == api.ConditionOnSuccess:
+		return "skipped: condition on_success not met"
+	case c == api.ConditionOnFailure:
+		return "skipped: condition on_failure not met"
+	}
+	return "skipped"
+}
+
+func (r *run) markSkipped(from, n int, nodes []string, reason string) {
+	now := time.Now().UTC()
+	r.update(func(j *api.Job) {
+		for s := from; s < from+n; s++ {
+			m := ensureStep(j, s)
+			for _, id := range nodes {
+				if m[id] != nil && api.StepTerminal(m[id].Status) {
+					continue
+				}
+				m[id] = &api.NodeResult{Status: api.StepSkipped, Output: reason,
+					Events: []api.Event{{Status: api.StepSkipped, Time: now, Message: reason}}}
+			}
+		}
+	})
+}
+
+func ensureStep(j *api.Job, step int) map[string]*api.NodeResult {
+	if j.Results == nil {
+		j.Results = api.JobResults{}
+	}
+	m := j.Results[step]
+	if m == nil {
+		m = map[string]*api.NodeResult{}
+		j.Results[step] = m
+	}
+	return m
+}

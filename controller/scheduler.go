@@ -1,0 +1,219 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gridfleet/terraform-provider-grid/api"
+)
+
+// schedulerConsumer is the durable consumer on the requests stream that
+// every controller pulls from, so each job is claimed once.
+const schedulerConsumer = "scheduler"
+
+// schedule pulls submitted jobs while this controller has capacity and
+// starts them.
+func (c *Controller) schedule(ctx context.Context) {
+	cons, err := c.js.CreateOrUpdateConsumer(ctx, api.StreamRequests, jetstream.ConsumerConfig{
+		Durable:       schedulerConsumer,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       30 * time.Second,
+		MaxAckPending: 10000,
+	})
+	if err != nil {
+		c.log.Error("scheduler consumer", "err", err)
+		return
+	}
+	for ctx.Err() == nil {
+		// Take a slot before taking work, so a busy controller leaves
+		// requests to its peers.
+		select {
+		case c.slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		batch, err := cons.Fetch(1, jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			<-c.slots
+			if ctx.Err() == nil && !errors.Is(err, jetstream.ErrNoMessages) {
+				c.log.Warn("fetch requests", "err", err)
+				time.Sleep(250 * time.Millisecond)
+			}
+			continue
+		}
+		got := false
+		for m := range batch.Messages() {
+			got = true
+			if !c.claim(ctx, m) {
+				<-c.slots
+			}
+		}
+		if !got {
+			<-c.slots
+		}
+	}
+}
+
+// claim takes a submitted job: it moves it from pending to running with
+// this controller as owner (compare-and-swap, so two controllers never both
+// win) and starts it. It returns whether a run started.
+func (c *Controller) claim(ctx context.Context, m jetstream.Msg) bool {
+	id := strings.TrimPrefix(m.Subject(), "request.")
+	started := false
+	job, rev, err := c.jobs.mutate(ctx, id, func(j *api.Job) bool {
+		if j.Status != api.JobPending {
+			return false
+		}
+		j.Status = api.JobRunning
+		j.Owner = c.id
+		j.Expected = c.reg.resolve(j.Target)
+		now := time.Now().UTC()
+		j.UpdatedAt = now
+		j.StartedAt = &now
+		started = true
+		return true
+	})
+	if err != nil {
+		if errors.Is(err, api.ErrNotFound) {
+			_ = m.Ack()
+			return false
+		}
+		c.log.Warn("claim job", "job", id, "err", err)
+		_ = m.NakWithDelay(time.Second)
+		return false
+	}
+	_ = m.Ack()
+	if !started {
+		// Cancelled while pending, or already taken.
+		return false
+	}
+	c.startRun(job, rev)
+	return true
+}
+
+// startRun executes a job this controller owns.
+func (c *Controller) startRun(job *api.Job, rev uint64) {
+	if job.StartedAt == nil {
+		now := time.Now().UTC()
+		job.StartedAt = &now
+	}
+	root, cancel := context.WithCancelCause(context.Background())
+	rctx, stopTimeout := root, context.CancelFunc(func() {})
+	if d, err := time.ParseDuration(job.Timeout); err == nil && job.StartedAt != nil {
+		// The job timeout counts from when the job first started, so a
+		// resumed job keeps its original deadline.
+		rctx, stopTimeout = context.WithDeadlineCause(root, job.StartedAt.Add(d), errJobTimeout)
+	}
+	size := 4 * len(job.Expected)
+	r := &run{
+		c: c, log: c.log.With("job", job.ID), steps: api.Flatten(job.Tasks),
+		inbox: make(chan *api.TaskResult, max(size, 1024)), retryC: make(chan retryReq, 64),
+		ctx: rctx, cancel: cancel, stopTimeout: stopTimeout, job: job, rev: rev, resolvedAt: *job.StartedAt,
+		flushKick: make(chan struct{}, 1), done: make(chan struct{}),
+	}
+	c.mu.Lock()
+	c.runs[job.ID] = r
+	c.mu.Unlock()
+	r.log.Info("job started", "target", job.Target.String(), "nodes", len(job.Expected), "steps", len(r.steps))
+	go r.execute()
+}
+
+// resumeOwned restarts the running jobs this controller owned before it
+// stopped, folding in the results that arrived meanwhile so that no node
+// re-runs a step it finished.
+func (c *Controller) resumeOwned(ctx context.Context) {
+	jobs, err := c.jobs.list(ctx)
+	if err != nil {
+		c.log.Warn("list jobs for recovery", "err", err)
+		return
+	}
+	for i := range jobs {
+		j := &jobs[i]
+		if j.Status != api.JobRunning || j.Owner != c.id {
+			continue
+		}
+		stored, rev, err := c.jobs.get(ctx, j.ID)
+		if err != nil {
+			continue
+		}
+		if err := c.foldStoredResults(ctx, stored); err != nil {
+			c.log.Warn("read stored results", "job", j.ID, "err", err)
+		}
+		select {
+		case c.slots <- struct{}{}:
+		default:
+			c.log.Warn("no capacity to resume job", "job", j.ID)
+			continue
+		}
+		c.log.Info("resuming job", "job", j.ID)
+		c.startRun(stored, rev)
+	}
+}
+
+// foldStoredResults reads a job's results from the results stream and
+// records the final ones in the job.
+func (c *Controller) foldStoredResults(ctx context.Context, j *api.Job) error {
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	cons, err := c.js.OrderedConsumer(cctx, api.StreamResults, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{api.JobResultsSubject(j.ID)},
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		return err
+	}
+	info, err := cons.Info(cctx)
+	if err != nil {
+		return err
+	}
+	pending := info.NumPending
+	for pending > 0 {
+		m, err := cons.Next(jetstream.FetchMaxWait(2 * time.Second))
+		if err != nil {
+			return err
+		}
+		pending--
+		var tr api.TaskResult
+		if json.Unmarshal(m.Data(), &tr) != nil || !api.StepTerminal(tr.Status) {
+			continue
+		}
+		parts := strings.SplitN(m.Subject(), ".", 4)
+		step, err := strconv.Atoi(parts[2])
+		if err != nil || len(parts) != 4 {
+			continue
+		}
+		steps := api.LeafCount(j.Tasks)
+		if step >= steps {
+			continue
+		}
+		maxRetries := api.Flatten(j.Tasks)[step].Task.MaxRetries
+		if tr.Status == api.StepFailed && tr.Attempt <= maxRetries {
+			continue // a retry was still due
+		}
+		m2 := ensureStep(j, step)
+		m2[parts[3]] = &api.NodeResult{Status: tr.Status, Output: tr.Output, Error: tr.Error, Changed: tr.Changed,
+			Facts: tr.Facts, Duration: tr.Duration, Attempts: tr.Attempt,
+			Events: []api.Event{{Status: tr.Status, Time: tr.Timestamp, Attempt: tr.Attempt, Message: tr.Error}}}
+	}
+	return nil
+}
+
+// pendingCount is the number of submitted jobs no controller has claimed.
+func (c *Controller) pendingCount(ctx context.Context) (int, error) {
+	s, err := c.js.Stream(ctx, api.StreamRequests)
+	if err != nil {
+		return 0, fmt.Errorf("requests stream: %w", err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("requests stream: %w", err)
+	}
+	return int(info.State.Msgs), nil
+}

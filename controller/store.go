@@ -1,0 +1,112 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gridfleet/terraform-provider-grid/api"
+)
+
+// jobStore reads and writes jobs in the jobs bucket. Every update is a
+// compare-and-swap on the revision the writer last saw.
+type jobStore struct {
+	kv jetstream.KeyValue
+}
+
+var errConflict = errors.New("job changed concurrently")
+
+func (s *jobStore) get(ctx context.Context, id string) (*api.Job, uint64, error) {
+	if !api.ValidToken(id) {
+		return nil, 0, api.ErrNotFound
+	}
+	e, err := s.kv.Get(ctx, id)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, 0, api.ErrNotFound
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("read job %s: %w", id, err)
+	}
+	var j api.Job
+	if err := json.Unmarshal(e.Value(), &j); err != nil {
+		return nil, 0, fmt.Errorf("decode job %s: %w", id, err)
+	}
+	return &j, e.Revision(), nil
+}
+
+func (s *jobStore) create(ctx context.Context, j *api.Job) (uint64, error) {
+	b, err := json.Marshal(j)
+	if err != nil {
+		return 0, err
+	}
+	rev, err := s.kv.Create(ctx, j.ID, b)
+	if err != nil {
+		return 0, fmt.Errorf("store job %s: %w", j.ID, err)
+	}
+	return rev, nil
+}
+
+// update writes j if the stored revision is still rev.
+func (s *jobStore) update(ctx context.Context, j *api.Job, rev uint64) (uint64, error) {
+	b, err := json.Marshal(j)
+	if err != nil {
+		return 0, err
+	}
+	nrev, err := s.kv.Update(ctx, j.ID, b, rev)
+	if err != nil {
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
+			return 0, errConflict
+		}
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			return 0, errConflict
+		}
+		return 0, fmt.Errorf("update job %s: %w", j.ID, err)
+	}
+	return nrev, nil
+}
+
+// mutate applies fn to the latest stored job and writes it by CAS, retrying
+// on conflict. fn returns false to leave the job as it is.
+func (s *jobStore) mutate(ctx context.Context, id string, fn func(*api.Job) bool) (*api.Job, uint64, error) {
+	for range 20 {
+		j, rev, err := s.get(ctx, id)
+		if err != nil {
+			return nil, 0, err
+		}
+		if !fn(j) {
+			return j, rev, nil
+		}
+		nrev, err := s.update(ctx, j, rev)
+		if errors.Is(err, errConflict) {
+			continue
+		}
+		return j, nrev, err
+	}
+	return nil, 0, fmt.Errorf("job %s: %w (gave up after 20 tries)", id, errConflict)
+}
+
+// list returns every job in the bucket, newest first.
+func (s *jobStore) list(ctx context.Context) ([]api.Job, error) {
+	w, err := s.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("list jobs: %w", err)
+	}
+	defer func() { _ = w.Stop() }()
+	var out []api.Job
+	for e := range w.Updates() {
+		if e == nil {
+			break
+		}
+		var j api.Job
+		if json.Unmarshal(e.Value(), &j) == nil {
+			out = append(out, j)
+		}
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].CreatedAt.After(out[b].CreatedAt) })
+	return out, nil
+}
