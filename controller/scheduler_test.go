@@ -1,0 +1,58 @@
+package controller_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/gridfleet/terraform-provider-grid/api"
+	"github.com/gridfleet/terraform-provider-grid/internal/fleet"
+	"github.com/gridfleet/terraform-provider-grid/internal/fleet/fleettest"
+)
+
+func submitWait(t *testing.T, f *fleet.Fleet, yaml string) *api.Job {
+	t.Helper()
+	spec, err := api.ParseJobSpec([]byte(yaml))
+	if err != nil {
+		t.Fatalf("parse job: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	j, err := f.Client().SubmitJob(ctx, spec)
+	if err != nil {
+		t.Fatalf("submit: %v", err)
+	}
+	j, err = f.Client().WaitJob(ctx, j.ID)
+	if err != nil {
+		t.Fatalf("wait: %v", err)
+	}
+	return j
+}
+
+func TestBarrierOnGroup(t *testing.T) {
+	f := fleettest.Start(t, fleet.Options{Agents: 4})
+	j := submitWait(t, f, `
+target: {scope: group, value: web}
+tasks:
+  - backend: ping
+    action: echo
+    params: {message: one}
+  - backend: ping
+    action: echo
+    params: {message: two}
+`)
+	if j.Status != api.JobCompleted {
+		t.Fatalf("status %s (%s), want completed", j.Status, j.Error)
+	}
+	if len(j.Expected) != 2 {
+		t.Fatalf("expected nodes %v, want the 2 web nodes", j.Expected)
+	}
+	for step, want := range []string{"one", "two"} {
+		for _, n := range j.Expected {
+			r := j.Results.Node(step, n)
+			if r == nil || r.Status != api.StepSuccess || r.Output != want {
+				t.Fatalf("step %d node %s: %+v, want success %q", step, n, r, want)
+			}
+		}
+	}
+}

@@ -1,0 +1,269 @@
+// Package fleet starts a controller and agents in one process: the local
+// fleet behind `grid dev` and every integration test.
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/gridfleet/terraform-provider-grid/agent"
+	"github.com/gridfleet/terraform-provider-grid/api"
+	"github.com/gridfleet/terraform-provider-grid/controller"
+)
+
+// Options shape a fleet.
+type Options struct {
+	// Agents is how many agents to start (named node-1, node-2, …).
+	Agents int
+	// Groups gives agent i (from 0) its groups; nil uses DefaultGroups.
+	Groups func(i int) []string
+	// DataDir holds the controller's store and one sandbox per agent; empty
+	// makes a temporary directory that Stop removes.
+	DataDir string
+	// APIAddr is the controller's API address ("127.0.0.1:0" picks a port).
+	APIAddr string
+	// Logger receives every component's logs; nil discards them.
+	Logger *slog.Logger
+	// Controller and Agent adjust the configs before start.
+	Controller func(*controller.Config)
+	Agent      func(i int, cfg *agent.Config)
+}
+
+// DefaultGroups spreads agents over web and db, both under prod
+// (web.prod, db.prod), so group:web, group:db and group:web.prod all select
+// something.
+func DefaultGroups(i int) []string {
+	if i%2 == 0 {
+		return []string{"web.prod"}
+	}
+	return []string{"db.prod"}
+}
+
+// Fleet is a running controller with its agents.
+type Fleet struct {
+	Controller *controller.Controller
+
+	opts    Options
+	dataDir string
+	tempDir bool
+	log     *slog.Logger
+	client  *api.Client
+
+	mu     sync.Mutex
+	agents map[string]*member
+	next   int
+}
+
+type member struct {
+	agent  *agent.Agent
+	cancel context.CancelFunc
+}
+
+// Start brings up the controller and the agents and returns once every agent
+// is online. The fleet stops when ctx ends; Wait reports when it has.
+func Start(ctx context.Context, opts Options) (*Fleet, error) {
+	f := &Fleet{opts: opts, agents: map[string]*member{}, log: opts.Logger}
+	if f.log == nil {
+		f.log = slog.New(slog.DiscardHandler)
+	}
+	f.dataDir = opts.DataDir
+	if f.dataDir == "" {
+		dir, err := os.MkdirTemp("", "grid-dev-")
+		if err != nil {
+			return nil, fmt.Errorf("fleet data dir: %w", err)
+		}
+		f.dataDir, f.tempDir = dir, true
+	}
+	cfg := controller.DefaultConfig()
+	cfg.DataDir = filepath.Join(f.dataDir, "controller")
+	cfg.NATSAddr = "127.0.0.1:0"
+	cfg.APIAddr = "127.0.0.1:0"
+	if opts.APIAddr != "" {
+		cfg.APIAddr = opts.APIAddr
+	}
+	cfg.Logger = f.log
+	if opts.Controller != nil {
+		opts.Controller(&cfg)
+	}
+	ctl, err := controller.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	// The controller outlives the agents so they can deregister through it.
+	ctlCtx, stopCtl := context.WithCancel(context.Background())
+	if err := ctl.Start(ctlCtx); err != nil {
+		stopCtl()
+		return nil, err
+	}
+	go func() {
+		<-ctx.Done()
+		f.mu.Lock()
+		members := make([]*member, 0, len(f.agents))
+		for _, m := range f.agents {
+			members = append(members, m)
+		}
+		f.mu.Unlock()
+		deadline := time.After(15 * time.Second)
+		for _, m := range members {
+			select {
+			case <-m.agent.Done():
+			case <-deadline:
+			}
+		}
+		stopCtl()
+	}()
+	f.Controller = ctl
+	f.client, err = api.NewClient(api.ClientConfig{Address: ctl.APIURL(), Timeout: 30 * time.Second})
+	if err != nil {
+		stopCtl()
+		return nil, err
+	}
+	var names []string
+	for range opts.Agents {
+		a, err := f.AddAgent(ctx, nil)
+		if err != nil {
+			return nil, err
+		}
+		names = append(names, a.ID())
+	}
+	if err := f.WaitOnline(ctx, names...); err != nil {
+		return nil, err
+	}
+	go func() {
+		<-ctl.Done()
+		if f.tempDir {
+			_ = os.RemoveAll(f.dataDir)
+		}
+	}()
+	return f, nil
+}
+
+// APIURL is the controller's API base URL.
+func (f *Fleet) APIURL() string { return f.Controller.APIURL() }
+
+// NATSURL is the embedded NATS server's client URL.
+func (f *Fleet) NATSURL() string { return f.Controller.NATSURL() }
+
+// Client is an API client for the controller.
+func (f *Fleet) Client() *api.Client { return f.client }
+
+// DataDir is where the fleet keeps its state.
+func (f *Fleet) DataDir() string { return f.dataDir }
+
+// Done is closed once the controller has stopped.
+func (f *Fleet) Done() <-chan struct{} { return f.Controller.Done() }
+
+// AddAgent starts one more agent. groups nil uses Options.Groups (or
+// DefaultGroups) for its index. It runs until ctx ends or StopAgent.
+func (f *Fleet) AddAgent(ctx context.Context, groups []string) (*agent.Agent, error) {
+	f.mu.Lock()
+	i := f.next
+	f.next++
+	f.mu.Unlock()
+	if groups == nil {
+		gf := f.opts.Groups
+		if gf == nil {
+			gf = DefaultGroups
+		}
+		groups = gf(i)
+	}
+	name := fmt.Sprintf("node-%d", i+1)
+	cfg := agent.DefaultConfig()
+	cfg.Name = name
+	cfg.Groups = groups
+	cfg.NATSURLs = []string{f.NATSURL()}
+	cfg.DataDir = filepath.Join(f.dataDir, "agents", name)
+	cfg.Logger = f.log.With("node", name)
+	if f.opts.Agent != nil {
+		f.opts.Agent(i, &cfg)
+	}
+	a, err := agent.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	actx, cancel := context.WithCancel(ctx)
+	if err := a.Start(actx); err != nil {
+		cancel()
+		return nil, fmt.Errorf("start agent %s: %w", name, err)
+	}
+	f.mu.Lock()
+	f.agents[a.ID()] = &member{agent: a, cancel: cancel}
+	f.mu.Unlock()
+	return a, nil
+}
+
+// Agent returns a running agent by name.
+func (f *Fleet) Agent(name string) *agent.Agent {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if m := f.agents[name]; m != nil {
+		return m.agent
+	}
+	return nil
+}
+
+// StopAgent shuts an agent down gracefully and waits for it.
+func (f *Fleet) StopAgent(name string) error {
+	f.mu.Lock()
+	m := f.agents[name]
+	delete(f.agents, name)
+	f.mu.Unlock()
+	if m == nil {
+		return fmt.Errorf("no agent %s", name)
+	}
+	m.cancel()
+	<-m.agent.Done()
+	return nil
+}
+
+// KillAgent drops an agent's connection without deregistering, as a crash
+// would.
+func (f *Fleet) KillAgent(name string) error {
+	f.mu.Lock()
+	m := f.agents[name]
+	delete(f.agents, name)
+	f.mu.Unlock()
+	if m == nil {
+		return fmt.Errorf("no agent %s", name)
+	}
+	m.agent.Kill()
+	m.cancel()
+	return nil
+}
+
+// WaitOnline waits until the controller sees every named node online.
+func (f *Fleet) WaitOnline(ctx context.Context, names ...string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		nodes, err := f.client.ListNodes(ctx)
+		if err == nil {
+			online := map[string]bool{}
+			for _, n := range nodes {
+				if n.Status == api.NodeOnline {
+					online[n.ID] = true
+				}
+			}
+			missing := 0
+			for _, n := range names {
+				if !online[n] {
+					missing++
+				}
+			}
+			if missing == 0 {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return errors.Join(fmt.Errorf("agents not online: %v", names), ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
