@@ -1,0 +1,73 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gridfleet/terraform-provider-grid/internal/fleet"
+)
+
+func newDevCommand(g *globals) *cobra.Command {
+	var (
+		agents  int
+		apiAddr string
+		logs    logOptions
+	)
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run a controller and N agents in one process, for trying GRID out",
+		Long: `Run a local fleet: a controller with its embedded NATS server and N agents
+in this process, with a temporary data directory that is removed at exit.
+The agents enable only sandboxed backends. Stop it with Ctrl-C.`,
+		Example: `  grid dev
+  grid dev --agents 10 --api-addr 127.0.0.1:9000`,
+		Args: exactArgs(),
+		RunE: runE(func(cmd *cobra.Command, _ []string) error {
+			if agents < 0 {
+				return usageErrorf("--agents must not be negative, got %d", agents)
+			}
+			logger, err := logs.logger(g.stderr)
+			if err != nil {
+				return err
+			}
+			dir, err := os.MkdirTemp("", "grid-dev-")
+			if err != nil {
+				return fmt.Errorf("temp data dir: %w", err)
+			}
+			defer func() { _ = os.RemoveAll(dir) }()
+
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			f, err := fleet.Start(ctx, fleet.Options{Agents: agents, APIAddr: apiAddr, DataDir: dir, Logger: logger})
+			if err != nil {
+				return fmt.Errorf("start dev fleet: %w", err)
+			}
+			addr := f.APIURL()
+			_, _ = fmt.Fprintf(g.stdout, `GRID dev fleet: %d agent(s)
+  API:  %s
+  NATS: %s
+  data: %s (removed at exit)
+
+Try, in another terminal:
+  grid --addr %s node list
+  grid --addr %s job run --target all ping echo --message hi --wait
+
+Ctrl-C stops the fleet.
+`, agents, addr, f.NATSURL(), dir, addr, addr)
+			<-ctx.Done()
+			_, _ = fmt.Fprintln(g.stderr, "stopping the dev fleet…")
+			<-f.Done()
+			return nil
+		}),
+	}
+	f := cmd.Flags()
+	f.IntVar(&agents, "agents", 3, "number of agents to run")
+	f.StringVar(&apiAddr, "api-addr", "127.0.0.1:8765", "HTTP API listen address (host:port; port 0 picks one)")
+	// Quiet by default: the fleet's logs would bury the instructions above.
+	logs.register(f, "warn")
+	return cmd
+}

@@ -1,0 +1,143 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gridfleet/terraform-provider-grid/api"
+)
+
+func newNodeCommand(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "node",
+		Short: "Inspect registered nodes",
+	}
+	cmd.AddCommand(&cobra.Command{
+		Use:   "list",
+		Short: "List registered nodes",
+		Args:  exactArgs(),
+		RunE: runE(func(cmd *cobra.Command, _ []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			nodes, err := c.ListNodes(cmd.Context())
+			if err != nil {
+				return fmt.Errorf("list nodes: %w", err)
+			}
+			sort.Slice(nodes, func(i, j int) bool { return nodes[i].ID < nodes[j].ID })
+			if g.json() {
+				if nodes == nil {
+					nodes = []api.NodeInfo{}
+				}
+				return writeJSON(g.stdout, nodes)
+			}
+			return printNodeList(g.stdout, nodes, time.Now())
+		}),
+	}, &cobra.Command{
+		Use:   "info ID",
+		Short: "Show a node with its backends and actions",
+		Args:  exactArgs("ID"),
+		RunE: runE(func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			n, err := c.GetNode(cmd.Context(), args[0])
+			if err != nil {
+				return fmt.Errorf("node %s: %w", args[0], err)
+			}
+			if g.json() {
+				return writeJSON(g.stdout, n)
+			}
+			return printNode(g.stdout, n, time.Now())
+		}),
+	})
+	return cmd
+}
+
+func printNodeList(w io.Writer, nodes []api.NodeInfo, now time.Time) error {
+	tw := newTable(w)
+	_, _ = fmt.Fprintln(tw, "ID\tSTATUS\tHOSTNAME\tGROUPS\tBACKENDS\tVERSION\tLAST SEEN")
+	for _, n := range nodes {
+		_, _ = fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.ID, n.Status, orDash(n.Hostname),
+			orDash(strings.Join(n.Groups, ",")), orDash(truncate(strings.Join(n.Backends, ","), 40)),
+			orDash(n.Version), fmtAge(n.LastSeen, now))
+	}
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("write table: %w", err)
+	}
+	return nil
+}
+
+func printNode(w io.Writer, n *api.NodeInfo, now time.Time) error {
+	tw := newTable(w)
+	_, _ = fmt.Fprintf(tw, "id:\t%s\n", n.ID)
+	_, _ = fmt.Fprintf(tw, "status:\t%s\n", n.Status)
+	_, _ = fmt.Fprintf(tw, "hostname:\t%s\n", orDash(n.Hostname))
+	_, _ = fmt.Fprintf(tw, "groups:\t%s\n", orDash(strings.Join(n.Groups, ", ")))
+	_, _ = fmt.Fprintf(tw, "version:\t%s\n", orDash(n.Version))
+	if !n.OnlineSince.IsZero() {
+		_, _ = fmt.Fprintf(tw, "online since:\t%s\n", n.OnlineSince.Local().Format(time.RFC3339))
+	}
+	_, _ = fmt.Fprintf(tw, "last seen:\t%s ago\n", fmtAge(n.LastSeen, now))
+	_, _ = fmt.Fprintf(tw, "backends:\t%s\n", orDash(strings.Join(n.Backends, ", ")))
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("write table: %w", err)
+	}
+	if len(n.Schemas) == 0 {
+		return nil
+	}
+	_, _ = fmt.Fprintln(w)
+	tw = newTable(w)
+	_, _ = fmt.Fprintln(tw, "BACKEND\tACTION\tPARAMS\tFLAGS\tDESCRIPTION")
+	schemas := append([]api.BackendSchema(nil), n.Schemas...)
+	sort.Slice(schemas, func(i, j int) bool { return schemas[i].Name < schemas[j].Name })
+	for _, b := range schemas {
+		for _, name := range b.ActionNames() {
+			a, _ := b.Action(name)
+			_, _ = fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", b.Name, a.Name, orDash(paramSummary(a.Params)),
+				orDash(actionFlags(a)), truncate(a.Description, 50))
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("write table: %w", err)
+	}
+	return nil
+}
+
+// paramSummary renders parameters as name:type, marking required ones with
+// a trailing '*'.
+func paramSummary(ps []api.ParamSchema) string {
+	parts := make([]string, 0, len(ps))
+	for _, p := range ps {
+		s := p.Name + ":" + string(p.Type)
+		if p.Required {
+			s += "*"
+		}
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, " ")
+}
+
+func actionFlags(a api.ActionSchema) string {
+	var f []string
+	if a.ReadOnly {
+		f = append(f, "read-only")
+	}
+	if a.Idempotent {
+		f = append(f, "idempotent")
+	}
+	if a.CheckMode {
+		f = append(f, "check")
+	}
+	if a.Dangerous {
+		f = append(f, "dangerous")
+	}
+	return strings.Join(f, ",")
+}

@@ -1,0 +1,69 @@
+package cli
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gridfleet/terraform-provider-grid/api"
+)
+
+func TestTruncate(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"short", "short"},
+		{"  pad  ", "pad"},
+		{"first\nsecond", "first…"},
+		{"abcdefghij", "abcd…"},
+		{"ünïcödé!!", "ünïc…"},
+	} {
+		if got := truncate(tc.in, 5); got != tc.want {
+			t.Errorf("truncate(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestProgressLines(t *testing.T) {
+	p := 40
+	j := &api.Job{ID: "j1", Status: api.JobRunning, Step: 1, Expected: []string{"a", "b"},
+		Tasks: []api.Phase{{Backend: "ping", Action: "echo"}, {Tasks: []api.Phase{{Backend: "ping", Action: "sleep"}, {Backend: "test", Action: "fail"}}}},
+		Results: api.JobResults{
+			0: {"a": {Status: api.StepSuccess}, "b": {Status: api.StepSuccess}},
+			1: {"a": {Status: api.StepRunning, Progress: &p}},
+		}}
+	lines := progressLines(j, 1500*time.Millisecond)
+	if len(lines) != 4 {
+		t.Fatalf("lines %q", lines)
+	}
+	for i, want := range []string{"job j1 running  step 2/3  nodes 2", "ok 2", "a:running 40% b:pending", "test.fail"} {
+		if !strings.Contains(lines[i], want) {
+			t.Errorf("line %d %q lacks %q", i, lines[i], want)
+		}
+	}
+
+	// A long job shows a window around the current step.
+	var many []api.Phase
+	for range 100 {
+		many = append(many, api.Phase{Backend: "ping", Action: "echo"})
+	}
+	j = &api.Job{ID: "j2", Status: api.JobRunning, Step: 50, Tasks: many}
+	lines = progressLines(j, time.Second)
+	if len(lines) != maxProgressSteps+3 || !strings.Contains(lines[1], "48 earlier") || !strings.Contains(lines[2], "[48]") {
+		t.Fatalf("window: %q", lines)
+	}
+}
+
+func TestJobTableNotRun(t *testing.T) {
+	j := &api.Job{ID: "j", Status: api.JobFailed, Error: "fail-fast", Target: api.Target{Scope: api.ScopeAll},
+		Tasks:   []api.Phase{{Backend: "test", Action: "fail"}, {Backend: "ping", Action: "echo"}},
+		Results: api.JobResults{0: {"n": {Status: api.StepFailed, Error: "failed on purpose"}}}}
+	var b bytes.Buffer
+	if err := writeJobTable(&b, j, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"status:    failed", "error:     fail-fast", "error: failed on purpose", "1     ping.echo  -     not run"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, b.String())
+		}
+	}
+}
