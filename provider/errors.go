@@ -1,0 +1,75 @@
+package provider
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/path"
+
+	"github.com/gridfleet/terraform-provider-grid/api"
+)
+
+// addClientError turns an api.Client error into a diagnostic whose summary
+// names the act. An unreachable controller gets a detail saying where the
+// provider looked and how to point it elsewhere.
+func addClientError(diags *diag.Diagnostics, summary string, err error) {
+	var ue *api.UnreachableError
+	if errors.As(err, &ue) {
+		diags.AddError(summary, fmt.Sprintf("Cannot reach the GRID controller at %s: %v.\n\n"+
+			"Check that the controller is running (for a local fleet: grid dev), or set the provider's "+
+			"address (or GRID_ADDR) to where it listens.", ue.Address, ue.Err))
+		return
+	}
+	var ae *api.Error
+	if errors.As(err, &ae) {
+		hint := ""
+		switch ae.StatusCode {
+		case 401, 403:
+			hint = "\n\nThe controller refused the credentials: set the provider's token (or GRID_TOKEN)."
+		case 429:
+			hint = "\n\nThe controller's queue is full; wait for running jobs to finish and apply again."
+		}
+		diags.AddError(summary, fmt.Sprintf("The controller answered %d: %s%s", ae.StatusCode, ae.Message, hint))
+		return
+	}
+	diags.AddError(summary, err.Error())
+}
+
+// fieldPath turns a field named by api validation ("tasks[1].tasks[0].params.x",
+// "target.value") into an attribute path under root (path.Empty() for the
+// resource's own attributes).
+func fieldPath(root path.Path, field string) path.Path {
+	p := root
+	first := true
+	parts := strings.Split(field, ".")
+	for i := 0; i < len(parts); i++ {
+		part := parts[i]
+		if part == "" {
+			continue
+		}
+		name, idx := part, -1
+		if o := strings.IndexByte(part, '['); o > 0 && strings.HasSuffix(part, "]") {
+			if n, err := strconv.Atoi(part[o+1 : len(part)-1]); err == nil {
+				name, idx = part[:o], n
+			}
+		}
+		if first && root.Equal(path.Empty()) {
+			p = path.Root(name)
+		} else {
+			p = p.AtName(name)
+		}
+		first = false
+		if idx >= 0 {
+			p = p.AtListIndex(idx)
+		}
+		if name == "params" && i+1 < len(parts) {
+			// Parameter names are tokens: the rest is the key.
+			p = p.AtMapKey(strings.Join(parts[i+1:], "."))
+			break
+		}
+	}
+	return p
+}

@@ -1,0 +1,141 @@
+package provider
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/hashicorp/terraform-plugin-framework/datasource"
+	"github.com/hashicorp/terraform-plugin-framework/datasource/schema"
+	"github.com/hashicorp/terraform-plugin-framework/types"
+
+	"github.com/gridfleet/terraform-provider-grid/api"
+)
+
+var (
+	_ datasource.DataSource              = &jobDataSource{}
+	_ datasource.DataSourceWithConfigure = &jobDataSource{}
+)
+
+// NewJobDataSource returns the grid_job data source.
+func NewJobDataSource() datasource.DataSource {
+	return &jobDataSource{}
+}
+
+// jobDataSource reads a job by id, e.g. one started by the CLI.
+type jobDataSource struct {
+	client *api.Client
+}
+
+type jobDataSourceModel struct {
+	ID         types.String `tfsdk:"id"`
+	Target     types.Object `tfsdk:"target"`
+	Strategy   types.String `tfsdk:"strategy"`
+	CheckMode  types.Bool   `tfsdk:"check_mode"`
+	Status     types.String `tfsdk:"status"`
+	Error      types.String `tfsdk:"error"`
+	Nodes      types.List   `tfsdk:"nodes"`
+	Results    types.List   `tfsdk:"results"`
+	CreatedAt  types.String `tfsdk:"created_at"`
+	FinishedAt types.String `tfsdk:"finished_at"`
+}
+
+func (d *jobDataSource) Metadata(_ context.Context, req datasource.MetadataRequest, resp *datasource.MetadataResponse) {
+	resp.TypeName = req.ProviderTypeName + "_job"
+}
+
+func (d *jobDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, resp *datasource.SchemaResponse) {
+	resp.Schema = schema.Schema{
+		MarkdownDescription: "Reads a job by id: its status, the nodes it reached and per-node results of each step. " +
+			"Useful for jobs started outside this configuration (`grid job run`).",
+		Attributes: map[string]schema.Attribute{
+			"id": schema.StringAttribute{Required: true, MarkdownDescription: "Job id."},
+			"target": schema.SingleNestedAttribute{
+				Computed:            true,
+				MarkdownDescription: "The job's target.",
+				Attributes: map[string]schema.Attribute{
+					"scope": schema.StringAttribute{Computed: true, MarkdownDescription: "`all`, `group`, `node` or `any`."},
+					"value": schema.StringAttribute{Computed: true, MarkdownDescription: "Group or node id."},
+				},
+			},
+			"strategy":    schema.StringAttribute{Computed: true, MarkdownDescription: "`fail-fast` or `continue`."},
+			"check_mode":  schema.BoolAttribute{Computed: true, MarkdownDescription: "Whether the job was a dry run."},
+			"status":      schema.StringAttribute{Computed: true, MarkdownDescription: "`pending`, `running`, `completed`, `failed`, `partial_failure` or `cancelled`."},
+			"error":       schema.StringAttribute{Computed: true, MarkdownDescription: "Why the job as a whole failed or was cancelled."},
+			"nodes":       schema.ListAttribute{Computed: true, ElementType: types.StringType, MarkdownDescription: "Ids of the nodes the target resolved to, sorted."},
+			"created_at":  schema.StringAttribute{Computed: true, MarkdownDescription: "When the controller accepted the job (RFC 3339)."},
+			"finished_at": schema.StringAttribute{Computed: true, MarkdownDescription: "When the job ended (RFC 3339); empty while it runs."},
+			"results": schema.ListNestedAttribute{
+				MarkdownDescription: "One element per step, in the order the steps run.",
+				Computed:            true,
+				NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
+					"index":   schema.Int64Attribute{Computed: true, MarkdownDescription: "Flat step index."},
+					"backend": schema.StringAttribute{Computed: true, MarkdownDescription: "Backend of the step."},
+					"action":  schema.StringAttribute{Computed: true, MarkdownDescription: "Action of the step."},
+					"nodes": schema.MapNestedAttribute{
+						MarkdownDescription: "Result of each node that took part in the step, by node id.",
+						Computed:            true,
+						NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
+							"status":   schema.StringAttribute{Computed: true, MarkdownDescription: "`success`, `failed`, `skipped`, `cancelled`, or a state in progress."},
+							"output":   schema.StringAttribute{Computed: true, MarkdownDescription: "What the action reported."},
+							"error":    schema.StringAttribute{Computed: true, MarkdownDescription: "Why it failed."},
+							"changed":  schema.BoolAttribute{Computed: true, MarkdownDescription: "Whether the action changed something."},
+							"duration": schema.StringAttribute{Computed: true, MarkdownDescription: "How long the last attempt ran."},
+							"attempts": schema.Int64Attribute{Computed: true, MarkdownDescription: "How many times it ran."},
+						}},
+					},
+				}},
+			},
+		},
+	}
+}
+
+func (d *jobDataSource) Configure(_ context.Context, req datasource.ConfigureRequest, resp *datasource.ConfigureResponse) {
+	c, err := clientFrom(req.ProviderData)
+	if err != nil {
+		resp.Diagnostics.AddError("Unexpected Data Source Configure Type", err.Error())
+		return
+	}
+	d.client = c
+}
+
+func (d *jobDataSource) Read(ctx context.Context, req datasource.ReadRequest, resp *datasource.ReadResponse) {
+	var cfg jobDataSourceModel
+	resp.Diagnostics.Append(req.Config.Get(ctx, &cfg)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	if d.client == nil {
+		resp.Diagnostics.AddError("Provider Not Configured", "The grid provider was not configured; cannot read the job.")
+		return
+	}
+	job, err := d.client.GetJob(ctx, cfg.ID.ValueString())
+	if err != nil {
+		if api.IsStatus(err, http.StatusNotFound) {
+			resp.Diagnostics.AddError("Job Not Found", notFound("job", cfg.ID.ValueString(),
+				"Jobs expire after the controller's retention time; `grid job list` shows the ones it keeps."))
+			return
+		}
+		addClientError(&resp.Diagnostics, "Read Job Error", err)
+		return
+	}
+	cfg.Target = targetValue(job.Target)
+	strategy := job.Strategy
+	if strategy == "" {
+		strategy = api.StrategyFailFast
+	}
+	cfg.Strategy = types.StringValue(string(strategy))
+	cfg.CheckMode = types.BoolValue(job.CheckMode)
+	cfg.Status = types.StringValue(string(job.Status))
+	cfg.Error = types.StringValue(job.Error)
+	cfg.Nodes = nodesValue(job.Expected)
+	results, diags := resultsValue(job)
+	resp.Diagnostics.Append(diags...)
+	cfg.Results = results
+	cfg.CreatedAt = types.StringValue(job.CreatedAt.UTC().Format(time.RFC3339))
+	cfg.FinishedAt = types.StringValue("")
+	if job.FinishedAt != nil {
+		cfg.FinishedAt = types.StringValue(job.FinishedAt.UTC().Format(time.RFC3339))
+	}
+	resp.Diagnostics.Append(resp.State.Set(ctx, &cfg)...)
+}

@@ -1,0 +1,377 @@
+package provider
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/terraform-plugin-framework/attr"
+	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/path"
+	"github.com/hashicorp/terraform-plugin-framework/types"
+	"github.com/hashicorp/terraform-plugin-framework/types/basetypes"
+
+	"github.com/gridfleet/terraform-provider-grid/api"
+)
+
+// Attribute types of the nested values shared by grid_job (resource and data
+// source).
+var (
+	targetAttrTypes = map[string]attr.Type{
+		"scope": types.StringType,
+		"value": types.StringType,
+	}
+	leafAttrTypes = map[string]attr.Type{
+		"backend":     types.StringType,
+		"action":      types.StringType,
+		"params":      types.MapType{ElemType: types.StringType},
+		"timeout":     types.StringType,
+		"max_retries": types.Int64Type,
+		"condition":   types.StringType,
+	}
+	leafObjectType = types.ObjectType{AttrTypes: leafAttrTypes}
+	taskAttrTypes  = withAttr(leafAttrTypes, "tasks", types.ListType{ElemType: leafObjectType})
+	taskObjectType = types.ObjectType{AttrTypes: taskAttrTypes}
+
+	resultNodeAttrTypes = map[string]attr.Type{
+		"status":   types.StringType,
+		"output":   types.StringType,
+		"error":    types.StringType,
+		"changed":  types.BoolType,
+		"duration": types.StringType,
+		"attempts": types.Int64Type,
+	}
+	resultNodeObjectType = types.ObjectType{AttrTypes: resultNodeAttrTypes}
+	resultAttrTypes      = map[string]attr.Type{
+		"index":   types.Int64Type,
+		"backend": types.StringType,
+		"action":  types.StringType,
+		"nodes":   types.MapType{ElemType: resultNodeObjectType},
+	}
+	resultObjectType = types.ObjectType{AttrTypes: resultAttrTypes}
+)
+
+func withAttr(m map[string]attr.Type, name string, t attr.Type) map[string]attr.Type {
+	out := make(map[string]attr.Type, len(m)+1)
+	for k, v := range m {
+		out[k] = v
+	}
+	out[name] = t
+	return out
+}
+
+// targetModel maps target = { scope, value }.
+type targetModel struct {
+	Scope types.String `tfsdk:"scope"`
+	Value types.String `tfsdk:"value"`
+}
+
+// taskModel maps one element of tasks: a leaf (backend/action) or a branch
+// (nested tasks, a per-node pipeline).
+type taskModel struct {
+	Backend    types.String `tfsdk:"backend"`
+	Action     types.String `tfsdk:"action"`
+	Params     types.Map    `tfsdk:"params"`
+	Timeout    types.String `tfsdk:"timeout"`
+	MaxRetries types.Int64  `tfsdk:"max_retries"`
+	Condition  types.String `tfsdk:"condition"`
+	Tasks      types.List   `tfsdk:"tasks"`
+}
+
+// leafModel maps one element of a nested tasks list.
+type leafModel struct {
+	Backend    types.String `tfsdk:"backend"`
+	Action     types.String `tfsdk:"action"`
+	Params     types.Map    `tfsdk:"params"`
+	Timeout    types.String `tfsdk:"timeout"`
+	MaxRetries types.Int64  `tfsdk:"max_retries"`
+	Condition  types.String `tfsdk:"condition"`
+}
+
+func (l leafModel) task() taskModel {
+	return taskModel{Backend: l.Backend, Action: l.Action, Params: l.Params, Timeout: l.Timeout,
+		MaxRetries: l.MaxRetries, Condition: l.Condition, Tasks: types.ListNull(leafObjectType)}
+}
+
+// specLeaf is one leaf of a configured task tree.
+type specLeaf struct {
+	// Path is the leaf's attribute path (tasks[1].tasks[0]).
+	Path path.Path
+	// Field is the same path in api's notation.
+	Field string
+	Task  api.Task
+	// Known is false when any of the leaf's values is unknown.
+	Known bool
+}
+
+// taskTree is a task list read from configuration or plan.
+type taskTree struct {
+	Phases []api.Phase
+	Leaves []specLeaf
+	// Known is false when the list or any value in it is unknown.
+	Known bool
+}
+
+// readTasks reads a tasks list (top level, or nested when nested is true).
+// root is the list's attribute path, field its api name.
+func readTasks(ctx context.Context, l types.List, root path.Path, field string, nested bool) (taskTree, diag.Diagnostics) {
+	var diags diag.Diagnostics
+	tree := taskTree{Known: true}
+	if l.IsUnknown() {
+		tree.Known = false
+		return tree, diags
+	}
+	if l.IsNull() {
+		return tree, diags
+	}
+	for i, el := range l.Elements() {
+		p := root.AtListIndex(i)
+		f := fmt.Sprintf("%s[%d]", field, i)
+		obj, ok := el.(types.Object)
+		if !ok || obj.IsUnknown() {
+			tree.Known = false
+			continue
+		}
+		if obj.IsNull() {
+			continue
+		}
+		var tm taskModel
+		if nested {
+			var lm leafModel
+			diags.Append(obj.As(ctx, &lm, basetypes.ObjectAsOptions{})...)
+			tm = lm.task()
+		} else {
+			diags.Append(obj.As(ctx, &tm, basetypes.ObjectAsOptions{})...)
+		}
+		if diags.HasError() {
+			return tree, diags
+		}
+		ph, known := phaseFrom(tm)
+		if !tm.Tasks.IsNull() {
+			sub, d := readTasks(ctx, tm.Tasks, p.AtName("tasks"), f+".tasks", true)
+			diags.Append(d...)
+			ph.Tasks = sub.Phases
+			tree.Leaves = append(tree.Leaves, sub.Leaves...)
+			tree.Known = tree.Known && known && sub.Known
+			tree.Phases = append(tree.Phases, ph)
+			continue
+		}
+		tree.Leaves = append(tree.Leaves, specLeaf{Path: p, Field: f, Task: ph.ToTask(), Known: known})
+		tree.Known = tree.Known && known
+		tree.Phases = append(tree.Phases, ph)
+	}
+	return tree, diags
+}
+
+// phaseFrom converts the leaf attributes of a task element; known is false
+// when any of them is unknown.
+func phaseFrom(tm taskModel) (api.Phase, bool) {
+	known := !tm.Backend.IsUnknown() && !tm.Action.IsUnknown() && !tm.Timeout.IsUnknown() &&
+		!tm.MaxRetries.IsUnknown() && !tm.Condition.IsUnknown() && !tm.Params.IsUnknown() && !tm.Tasks.IsUnknown()
+	ph := api.Phase{
+		Backend:    tm.Backend.ValueString(),
+		Action:     tm.Action.ValueString(),
+		Timeout:    tm.Timeout.ValueString(),
+		MaxRetries: int(tm.MaxRetries.ValueInt64()),
+		Condition:  api.Condition(tm.Condition.ValueString()),
+	}
+	if !tm.Params.IsNull() && !tm.Params.IsUnknown() {
+		ph.Params = api.Params{}
+		for k, v := range tm.Params.Elements() {
+			s, ok := v.(types.String)
+			if !ok || s.IsUnknown() {
+				known = false
+				continue
+			}
+			ph.Params[k] = s.ValueString()
+		}
+	}
+	return ph, known
+}
+
+// tasksValue renders phases as a tasks list value (for import and the data
+// source): zero values become null, as when they are left out of a config.
+func tasksValue(phases []api.Phase) (types.List, diag.Diagnostics) {
+	var diags diag.Diagnostics
+	if phases == nil {
+		return types.ListNull(taskObjectType), diags
+	}
+	elems := make([]attr.Value, 0, len(phases))
+	for _, ph := range phases {
+		attrs := leafAttrs(ph)
+		if ph.IsBranch() {
+			subs := make([]attr.Value, 0, len(ph.Tasks))
+			for _, sub := range ph.Tasks {
+				o, d := types.ObjectValue(leafAttrTypes, leafAttrs(sub))
+				diags.Append(d...)
+				subs = append(subs, o)
+			}
+			l, d := types.ListValue(leafObjectType, subs)
+			diags.Append(d...)
+			attrs["tasks"] = l
+		} else {
+			attrs["tasks"] = types.ListNull(leafObjectType)
+		}
+		o, d := types.ObjectValue(taskAttrTypes, attrs)
+		diags.Append(d...)
+		elems = append(elems, o)
+	}
+	l, d := types.ListValue(taskObjectType, elems)
+	diags.Append(d...)
+	return l, diags
+}
+
+func leafAttrs(ph api.Phase) map[string]attr.Value {
+	params := types.MapNull(types.StringType)
+	if len(ph.Params) > 0 {
+		m := make(map[string]attr.Value, len(ph.Params))
+		for k, v := range ph.Params {
+			m[k] = types.StringValue(v)
+		}
+		params = types.MapValueMust(types.StringType, m)
+	}
+	maxRetries := types.Int64Null()
+	if ph.MaxRetries != 0 {
+		maxRetries = types.Int64Value(int64(ph.MaxRetries))
+	}
+	return map[string]attr.Value{
+		"backend":     optString(ph.Backend),
+		"action":      optString(ph.Action),
+		"params":      params,
+		"timeout":     optString(ph.Timeout),
+		"max_retries": maxRetries,
+		"condition":   optString(string(ph.Condition)),
+	}
+}
+
+// optString maps "" to null.
+func optString(s string) types.String {
+	if s == "" {
+		return types.StringNull()
+	}
+	return types.StringValue(s)
+}
+
+// targetValue renders a target as an object value.
+func targetValue(t api.Target) types.Object {
+	return types.ObjectValueMust(targetAttrTypes, map[string]attr.Value{
+		"scope": types.StringValue(string(t.Scope)),
+		"value": optString(t.Value),
+	})
+}
+
+// readTarget reads the target object; ok is false when it or a part of it
+// is null or unknown.
+func readTarget(ctx context.Context, o types.Object) (api.Target, bool, diag.Diagnostics) {
+	if o.IsNull() || o.IsUnknown() {
+		return api.Target{}, false, nil
+	}
+	var tm targetModel
+	diags := o.As(ctx, &tm, basetypes.ObjectAsOptions{})
+	if diags.HasError() || tm.Scope.IsUnknown() || tm.Value.IsUnknown() {
+		return api.Target{}, false, diags
+	}
+	return api.Target{Scope: api.Scope(tm.Scope.ValueString()), Value: tm.Value.ValueString()}, true, diags
+}
+
+// nodesValue renders node ids as a sorted list.
+func nodesValue(ids []string) types.List {
+	s := slices.Clone(ids)
+	sort.Strings(s)
+	elems := make([]attr.Value, 0, len(s))
+	for _, id := range s {
+		elems = append(elems, types.StringValue(id))
+	}
+	return types.ListValueMust(types.StringType, elems)
+}
+
+// resultsValue renders a job's results as one element per flat step, in
+// step order, each with a map of node id to that node's result.
+func resultsValue(job *api.Job) (types.List, diag.Diagnostics) {
+	var diags diag.Diagnostics
+	steps := api.Flatten(job.Tasks)
+	elems := make([]attr.Value, 0, len(steps))
+	for _, s := range steps {
+		nodes := map[string]attr.Value{}
+		for id, r := range job.Results[s.Index] {
+			if r == nil {
+				continue
+			}
+			o, d := types.ObjectValue(resultNodeAttrTypes, map[string]attr.Value{
+				"status":   types.StringValue(r.Status),
+				"output":   types.StringValue(r.Output),
+				"error":    types.StringValue(r.Error),
+				"changed":  types.BoolValue(r.Changed),
+				"duration": types.StringValue(time.Duration(r.Duration).String()),
+				"attempts": types.Int64Value(int64(r.Attempts)),
+			})
+			diags.Append(d...)
+			nodes[id] = o
+		}
+		m, d := types.MapValue(resultNodeObjectType, nodes)
+		diags.Append(d...)
+		o, d := types.ObjectValue(resultAttrTypes, map[string]attr.Value{
+			"index":   types.Int64Value(int64(s.Index)),
+			"backend": types.StringValue(s.Task.Backend),
+			"action":  types.StringValue(s.Task.Action),
+			"nodes":   m,
+		})
+		diags.Append(d...)
+		elems = append(elems, o)
+	}
+	l, d := types.ListValue(resultObjectType, elems)
+	diags.Append(d...)
+	return l, diags
+}
+
+// jobSucceeded reports whether a terminal job counts as a success. A job
+// that resolved to no nodes fails on the controller; with allowEmpty that is
+// what the configuration asked for.
+func jobSucceeded(job *api.Job, allowEmpty bool) bool {
+	if job.Status == api.JobCompleted {
+		return true
+	}
+	return allowEmpty && job.Status == api.JobFailed && len(job.Expected) == 0
+}
+
+// failureDetail lists what went wrong in a job: each failed node with its
+// step and error, then the job's own error.
+func failureDetail(job *api.Job) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Job %s on target %s ended %s.", job.ID, job.Target, job.Status)
+	if job.Error != "" {
+		fmt.Fprintf(&b, " %s.", strings.TrimSuffix(job.Error, "."))
+	}
+	var lines []string
+	for _, s := range api.Flatten(job.Tasks) {
+		res := job.Results[s.Index]
+		ids := make([]string, 0, len(res))
+		for id := range res {
+			ids = append(ids, id)
+		}
+		sort.Strings(ids)
+		for _, id := range ids {
+			r := res[id]
+			if r == nil || (r.Status != api.StepFailed && r.Status != api.StepCancelled) {
+				continue
+			}
+			msg := r.Error
+			if msg == "" {
+				msg = r.Status
+			}
+			attempts := ""
+			if r.Attempts > 1 {
+				attempts = fmt.Sprintf(" after %d attempts", r.Attempts)
+			}
+			lines = append(lines, fmt.Sprintf("  - node %s, step %d (%s): %s%s", id, s.Index, s.Task.Name(), msg, attempts))
+		}
+	}
+	if len(lines) > 0 {
+		b.WriteString("\n\nFailed nodes:\n")
+		b.WriteString(strings.Join(lines, "\n"))
+	}
+	return b.String()
+}
