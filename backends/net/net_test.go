@@ -1,0 +1,206 @@
+package net
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/gridfleet/terraform-provider-grid/api"
+	"github.com/gridfleet/terraform-provider-grid/backends"
+	"github.com/gridfleet/terraform-provider-grid/backends/conformance"
+	"github.com/gridfleet/terraform-provider-grid/backends/internal/testbin"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testbin.Cleanup()
+	os.Exit(code)
+}
+
+// fakePing returns a backend using the fake ping and the file its argv
+// goes to.
+func fakePing(t *testing.T) (*Backend, string) {
+	t.Helper()
+	log := filepath.Join(t.TempDir(), "argv.log")
+	t.Setenv("FAKE_PING_LOG", log)
+	return New(Options{PingPath: testbin.Build(t, "testdata/fakeping"), ResolvConfPath: filepath.Join(t.TempDir(), "resolv.conf")}), log
+}
+
+func TestConformance(t *testing.T) {
+	b, _ := fakePing(t)
+	conformance.Run(t, conformance.Suite{
+		Backend: b,
+		Samples: map[string]api.Params{
+			"ping":    {"host": "example.org"},
+			"dns_set": {"servers": "192.0.2.53"},
+		},
+		Blocking: func(*testing.T) *backends.Request {
+			return &backends.Request{Action: "ping", Params: api.Params{"host": "block.example"}}
+		},
+		Literal: func(t *testing.T, action, param, value string) {
+			t.Errorf("%s.%s accepted %q", action, param, value)
+		},
+	})
+}
+
+func TestHostPattern(t *testing.T) {
+	a, _ := New(Options{}).Schema().Action("ping")
+	host, _ := a.Param("host")
+	count, _ := a.Param("count")
+	for _, tc := range []struct {
+		p    api.ParamSchema
+		v    string
+		good bool
+	}{
+		{host, "example.org", true}, {host, "web-1", true}, {host, "192.0.2.1", true}, {host, "2001:db8::1", true}, {host, "::1", true},
+		{host, "-c", false}, {host, "a b", false}, {host, "a;b", false}, {host, "a..b", false}, {host, "-web", false}, {host, "web-", false}, {host, "$(x)", false},
+		{count, "1", true}, {count, "10", true}, {count, "0", false}, {count, "11", false}, {count, "-1", false},
+	} {
+		if err := tc.p.CheckValue(tc.v); (err == nil) != tc.good {
+			t.Errorf("%s %q: err %v, want valid=%v", tc.p.Name, tc.v, err, tc.good)
+		}
+	}
+}
+
+func TestPing(t *testing.T) {
+	b, log := fakePing(t)
+	r := backends.NewRegistry().MustRegister(b)
+	res, err := r.Run(context.Background(), "net", &backends.Request{Action: "ping", Params: api.Params{"host": "example.org", "count": "2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Facts["received"] != 2 || res.Facts["transmitted"] != 2 || res.Facts["rtt_avg_ms"] != 0.05 || res.Facts["loss_pct"] != 0.0 {
+		t.Errorf("facts = %v", res.Facts)
+	}
+	if res.Changed {
+		t.Errorf("ping reported a change")
+	}
+	res, err = r.Run(context.Background(), "net", &backends.Request{Action: "ping", Params: api.Params{"host": "unreachable.example", "count": "2"}})
+	if err == nil || !strings.Contains(err.Error(), "no reply") || res.Facts["loss_pct"] != 100.0 {
+		t.Errorf("unreachable: %v %+v", err, res)
+	}
+	f, err := os.Open(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Scan()
+	var argv []string
+	if err := json.Unmarshal(sc.Bytes(), &argv); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"-n", "-c", "2", "-W", "2", "--", "example.org"}; !slices.Equal(argv, want) {
+		t.Errorf("argv = %q, want %q", argv, want)
+	}
+}
+
+func TestPingMissingBinary(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	b := New(Options{})
+	_, err := b.Run(context.Background(), &backends.Request{Action: "ping", Params: api.Params{"host": "example.org", "count": "1"}})
+	if err == nil || !strings.Contains(err.Error(), "no ping binary") {
+		t.Errorf("err = %v, want a clear message", err)
+	}
+}
+
+func TestDNS(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "resolv.conf")
+	if err := os.WriteFile(path, []byte("# from DHCP\nnameserver 10.0.0.1\ndomain old.example\noptions edns0 timeout:2\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := backends.NewRegistry().MustRegister(New(Options{ResolvConfPath: path}))
+	run := func(action string, check bool, p api.Params) *backends.Result {
+		t.Helper()
+		res, err := r.Run(context.Background(), "net", &backends.Request{Action: action, CheckMode: check, Params: p})
+		if err != nil {
+			t.Fatalf("%s: %v", action, err)
+		}
+		return res
+	}
+	res := run("dns_get", false, nil)
+	if !slices.Equal(res.Facts["servers"].([]string), []string{"10.0.0.1"}) || !slices.Equal(res.Facts["search"].([]string), []string{"old.example"}) {
+		t.Errorf("dns_get facts = %v", res.Facts)
+	}
+	set := api.Params{"servers": "192.0.2.53, 2001:db8::53", "search": "corp.example,example.org"}
+	before, _ := os.ReadFile(path)
+	if res := run("dns_set", true, set); !res.Changed {
+		t.Errorf("check mode: no change reported")
+	}
+	if after, _ := os.ReadFile(path); string(after) != string(before) {
+		t.Errorf("check mode changed the file")
+	}
+	if res := run("dns_set", false, set); !res.Changed {
+		t.Errorf("dns_set: no change reported")
+	}
+	got, _ := os.ReadFile(path)
+	want := "# Managed by grid (net.dns_set); local changes are overwritten.\nnameserver 192.0.2.53\nnameserver 2001:db8::53\nsearch corp.example example.org\noptions edns0 timeout:2\n"
+	if string(got) != want {
+		t.Errorf("file =\n%s\nwant\n%s", got, want)
+	}
+	if res := run("dns_set", false, set); res.Changed {
+		t.Errorf("dns_set again: change reported")
+	}
+	if res := run("dns_set", true, set); res.Changed {
+		t.Errorf("dns_set check again: change reported")
+	}
+	// Omitting search clears it.
+	if res := run("dns_set", false, api.Params{"servers": "192.0.2.53,2001:db8::53"}); !res.Changed {
+		t.Errorf("clearing search: no change reported")
+	}
+	if c, _ := ReadResolvConf(path); len(c.Search) != 0 {
+		t.Errorf("search = %v after clearing", c.Search)
+	}
+	for _, bad := range []string{"1.2.3.4,1.2.3.5,1.2.3.6,1.2.3.7", "999.1.1.1", "1:2:3"} {
+		_, err := r.Run(context.Background(), "net", &backends.Request{Action: "dns_set", Params: api.Params{"servers": bad}})
+		if err == nil {
+			t.Errorf("servers %q accepted", bad)
+		}
+	}
+}
+
+// A missing resolv.conf reads as empty and dns_set creates it.
+func TestDNSMissingFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "resolv.conf")
+	b := New(Options{ResolvConfPath: path})
+	res, err := b.Run(context.Background(), &backends.Request{Action: "dns_get"})
+	if err != nil || len(res.Facts["servers"].([]string)) != 0 {
+		t.Fatalf("dns_get: %v %+v", err, res)
+	}
+	res, err = b.Run(context.Background(), &backends.Request{Action: "dns_set", Params: api.Params{"servers": "192.0.2.1"}})
+	if err != nil || !res.Changed {
+		t.Fatalf("dns_set: %v %+v", err, res)
+	}
+	if c, _ := ReadResolvConf(path); !slices.Equal(c.Servers, []string{"192.0.2.1"}) {
+		t.Errorf("servers = %v", c.Servers)
+	}
+}
+
+// Through a symlink, dns_set writes the target and keeps the link.
+func TestDNSSymlink(t *testing.T) {
+	dir := t.TempDir()
+	target := filepath.Join(dir, "real.conf")
+	link := filepath.Join(dir, "resolv.conf")
+	if err := os.WriteFile(target, []byte("nameserver 10.0.0.1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	b := New(Options{ResolvConfPath: link})
+	if _, err := b.Run(context.Background(), &backends.Request{Action: "dns_set", Params: api.Params{"servers": "192.0.2.1"}}); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Lstat(link); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Errorf("link replaced: %v", err)
+	}
+	if c, _ := ReadResolvConf(target); !slices.Equal(c.Servers, []string{"192.0.2.1"}) {
+		t.Errorf("target servers = %v", c.Servers)
+	}
+}
