@@ -1,0 +1,302 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gridfleet/terraform-provider-grid/api"
+	"github.com/gridfleet/terraform-provider-grid/backends"
+	"github.com/gridfleet/terraform-provider-grid/backends/ping"
+	"github.com/gridfleet/terraform-provider-grid/backends/testbackend"
+	"github.com/gridfleet/terraform-provider-grid/internal/bus"
+)
+
+// harness is a real embedded NATS server with GRID's topology, plus a
+// connection that records every result published on it.
+type harness struct {
+	t   *testing.T
+	url string
+	nc  *nats.Conn
+	js  jetstream.JetStream
+
+	mu      sync.Mutex
+	results []api.TaskResult
+}
+
+func newHarness(t *testing.T) *harness {
+	t.Helper()
+	dir := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	srv, err := bus.StartServer(ctx, bus.ServerConfig{Port: -1, DataDir: dir})
+	if err != nil {
+		cancel()
+		t.Fatalf("start NATS: %v", err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		srv.Shutdown()
+		srv.WaitForShutdown()
+	})
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatalf("jetstream: %v", err)
+	}
+	tctx, tcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer tcancel()
+	if err := bus.EnsureTopology(tctx, js, bus.DefaultTopology()); err != nil {
+		t.Fatalf("topology: %v", err)
+	}
+	h := &harness{t: t, url: srv.ClientURL(), nc: nc, js: js}
+	if _, err := nc.Subscribe(api.SubjectResults, func(m *nats.Msg) {
+		var r api.TaskResult
+		if err := json.Unmarshal(m.Data, &r); err != nil {
+			return
+		}
+		if want := api.ResultSubject(r.JobID, r.TaskIndex, r.NodeID); want != m.Subject {
+			r.Error = fmt.Sprintf("HARNESS: result on %s, want %s", m.Subject, want)
+		}
+		h.mu.Lock()
+		h.results = append(h.results, r)
+		h.mu.Unlock()
+	}); err != nil {
+		t.Fatalf("subscribe results: %v", err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatalf("flush: %v", err)
+	}
+	return h
+}
+
+func testLogger() *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// testRegistry holds ping, test and probe, independent of what the built-in
+// set grows into.
+func testRegistry(t *testing.T, p *probe) *backends.Registry {
+	t.Helper()
+	r := backends.NewRegistry()
+	for _, b := range []backends.Backend{ping.New(), testbackend.New(), p} {
+		if err := r.Register(b); err != nil {
+			t.Fatalf("register: %v", err)
+		}
+	}
+	return r
+}
+
+// startAgent starts an agent on the harness server and stops it gracefully
+// at the end of the test. mutate adjusts the config before New.
+func (h *harness) startAgent(name string, mutate func(*Config)) (*Agent, context.CancelFunc) {
+	h.t.Helper()
+	cfg := Config{
+		Name:              name,
+		NATSURLs:          []string{h.url},
+		HeartbeatInterval: Duration(time.Second),
+		ShutdownGrace:     Duration(2 * time.Second),
+		Registry:          testRegistry(h.t, &probe{}),
+		Logger:            testLogger().With("test", h.t.Name()),
+	}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	a, err := New(cfg)
+	if err != nil {
+		h.t.Fatalf("New: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	startCtx, startCancel := context.WithTimeout(ctx, 10*time.Second)
+	defer startCancel()
+	// Start's ctx is the agent's lifetime; bound only the wait for Start.
+	errc := make(chan error, 1)
+	go func() { errc <- a.Start(ctx) }()
+	select {
+	case err := <-errc:
+		if err != nil {
+			cancel()
+			h.t.Fatalf("Start: %v", err)
+		}
+	case <-startCtx.Done():
+		cancel()
+		h.t.Fatalf("Start did not return within 10s")
+	}
+	h.t.Cleanup(func() {
+		cancel()
+		select {
+		case <-a.Done():
+		case <-time.After(15 * time.Second):
+			h.t.Errorf("agent %s did not stop within 15s", name)
+		}
+	})
+	return a, cancel
+}
+
+func (h *harness) send(subject string, cmd api.Command) {
+	h.t.Helper()
+	data, err := json.Marshal(cmd)
+	if err != nil {
+		h.t.Fatalf("encode command: %v", err)
+	}
+	if err := h.nc.Publish(subject, data); err != nil {
+		h.t.Fatalf("publish %s: %v", subject, err)
+	}
+	if err := h.nc.Flush(); err != nil {
+		h.t.Fatalf("flush: %v", err)
+	}
+}
+
+func (h *harness) cancelJob(job string) {
+	h.t.Helper()
+	if err := h.nc.Publish(api.CancelSubject(job), nil); err != nil {
+		h.t.Fatalf("publish cancel: %v", err)
+	}
+	if err := h.nc.Flush(); err != nil {
+		h.t.Fatalf("flush: %v", err)
+	}
+}
+
+// resultsOf returns the results of a job seen so far, optionally only those
+// with the given status.
+func (h *harness) resultsOf(job, status string) []api.TaskResult {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []api.TaskResult
+	for _, r := range h.results {
+		if r.JobID == job && (status == "" || r.Status == status) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// final waits for the terminal result of a job on node.
+func (h *harness) final(job, node string, within time.Duration) api.TaskResult {
+	h.t.Helper()
+	var got api.TaskResult
+	eventually(h.t, within, fmt.Sprintf("final result of %s on %s", job, node), func() bool {
+		for _, r := range h.resultsOf(job, "") {
+			if r.NodeID == node && (r.Status == api.StepSuccess || r.Status == api.StepFailed) {
+				got = r
+				return true
+			}
+		}
+		return false
+	})
+	return got
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		if cond() {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", within, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (h *harness) nodeInfo(id string) api.NodeInfo {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	kv, err := h.js.KeyValue(ctx, api.BucketNodes)
+	if err != nil {
+		h.t.Fatalf("nodes bucket: %v", err)
+	}
+	e, err := kv.Get(ctx, id)
+	if err != nil {
+		h.t.Fatalf("get node %s: %v", id, err)
+	}
+	var n api.NodeInfo
+	if err := json.Unmarshal(e.Value(), &n); err != nil {
+		h.t.Fatalf("decode node %s: %v", id, err)
+	}
+	return n
+}
+
+func command(job, backend, action string, params api.Params) api.Command {
+	return api.Command{
+		JobID:      job,
+		TaskIndex:  0,
+		Attempt:    1,
+		Task:       api.Task{Backend: backend, Action: action, Params: params},
+		ResolvedAt: time.Now().UTC(),
+	}
+}
+
+func echo(job string) api.Command {
+	return command(job, "ping", "echo", api.Params{"message": "hello " + job})
+}
+
+// probe is a small real backend for what ping and test cannot show: counted
+// runs, progress reports, an action without check mode, and a panic.
+type probe struct {
+	runs atomic.Int64
+}
+
+func (*probe) Schema() api.BackendSchema {
+	return api.BackendSchema{
+		Name: "probe",
+		Actions: []api.ActionSchema{
+			{Name: "count", ReadOnly: true, CheckMode: true,
+				Params: []api.ParamSchema{{Name: "hold", Type: api.TypeDuration, Default: "0s"}}},
+			{Name: "progress", ReadOnly: true, CheckMode: true,
+				Params: []api.ParamSchema{{Name: "for", Type: api.TypeDuration, Default: "600ms"}}},
+			{Name: "write"},
+			{Name: "panic", ReadOnly: true},
+		},
+	}
+}
+
+func (p *probe) Run(ctx context.Context, req *backends.Request) (*backends.Result, error) {
+	switch req.Action {
+	case "count":
+		n := p.runs.Add(1)
+		d, _ := time.ParseDuration(req.Params["hold"])
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		}
+		return &backends.Result{Output: fmt.Sprintf("run %d", n), Facts: map[string]any{"run": n}}, nil
+	case "progress":
+		d, _ := time.ParseDuration(req.Params["for"])
+		end := time.Now().Add(d)
+		for i := 0; time.Now().Before(end); i++ {
+			req.Progress(i, fmt.Sprintf("step %d", i))
+			time.Sleep(5 * time.Millisecond)
+		}
+		return &backends.Result{Output: "done", Facts: map[string]any{"check_mode": req.CheckMode}}, nil
+	case "write":
+		return &backends.Result{Output: "wrote", Changed: true}, nil
+	case "panic":
+		panic("probe panics on purpose")
+	}
+	return nil, fmt.Errorf("%w %q", backends.ErrUnknownAction, req.Action)
+}
+
+func contains(s, sub string) bool { return strings.Contains(strings.ToLower(s), strings.ToLower(sub)) }
