@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"regexp"
 	"slices"
@@ -314,8 +315,11 @@ func (c *Catalog) ValidateTask(field string, t Task, checkMode bool) error {
 			t.Action, t.Backend, strings.Join(b.ActionNames(), ", "))
 	}
 	if _, err := a.Apply(b.Name, t.Params); err != nil {
-		pe := err.(*ParamError)
-		return invalid(field+".params."+pe.Param, "%s", err.Error())
+		var pe *ParamError
+		if errors.As(err, &pe) {
+			return invalid(field+".params."+pe.Param, "%s (%s.%s)", pe.Msg, pe.Backend, pe.Action)
+		}
+		return invalid(field+".params", "%v", err)
 	}
 	if checkMode && !a.CheckMode && !a.ReadOnly {
 		return invalid(field, "%s.%s does not support check mode", t.Backend, t.Action)

@@ -89,7 +89,11 @@ func (c *Controller) claim(ctx context.Context, m jetstream.Msg) bool {
 		_ = m.NakWithDelay(time.Second)
 		return false
 	}
-	_ = m.Ack()
+	// A confirmed ack: once a job runs its request no longer counts as
+	// pending for admission control.
+	if err := m.DoubleAck(ctx); err != nil {
+		c.log.Warn("ack request", "job", id, "err", err)
+	}
 	if !started {
 		// Cancelled while pending, or already taken.
 		return false
