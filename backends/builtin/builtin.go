@@ -2,26 +2,86 @@
 package builtin
 
 import (
+	"fmt"
+	"path/filepath"
+
 	"github.com/gridfleet/terraform-provider-grid/backends"
+	"github.com/gridfleet/terraform-provider-grid/backends/apt"
+	execbackend "github.com/gridfleet/terraform-provider-grid/backends/exec"
+	"github.com/gridfleet/terraform-provider-grid/backends/file"
+	netbackend "github.com/gridfleet/terraform-provider-grid/backends/net"
 	"github.com/gridfleet/terraform-provider-grid/backends/ping"
+	"github.com/gridfleet/terraform-provider-grid/backends/sysinfo"
+	"github.com/gridfleet/terraform-provider-grid/backends/systemd"
 	"github.com/gridfleet/terraform-provider-grid/backends/testbackend"
 )
+
+// ProgramSpec registers a program for the exec backend.
+type ProgramSpec = execbackend.ProgramSpec
 
 // Options configure the built-in backends that touch the host.
 type Options struct {
 	// Sandbox, when set, confines file-touching backends to this directory
-	// (grid dev and tests).
+	// (grid dev and tests): file works only under it (FileAllowedPrefixes
+	// is ignored) and net's resolver file is <Sandbox>/resolv.conf unless
+	// ResolvConfPath names one. apt and systemd are not sandboxed; limit
+	// them with the allowlist.
 	Sandbox string
+	// FileAllowedPrefixes are the directories the file backend may touch.
+	// None (and no Sandbox): the file backend refuses every path.
+	FileAllowedPrefixes []string
+	// ResolvConfPath is the file net.dns_get reads and net.dns_set writes;
+	// default /etc/resolv.conf.
+	ResolvConfPath string
+	// Programs are what the exec backend may run, by name. None: the exec
+	// backend is not offered.
+	Programs map[string]ProgramSpec
+	// Binary paths, for hosts where they are not on PATH (and tests);
+	// empty means look up the usual name.
+	SystemctlPath, AptGetPath, DpkgQueryPath, PingPath string
 }
 
 // New returns a registry holding every built-in backend.
 func New(opts Options) (*backends.Registry, error) {
+	prefixes := opts.FileAllowedPrefixes
+	resolv := opts.ResolvConfPath
+	if opts.Sandbox != "" {
+		sb, err := filepath.Abs(opts.Sandbox)
+		if err != nil {
+			return nil, fmt.Errorf("sandbox: %w", err)
+		}
+		prefixes = []string{sb}
+		if resolv == "" {
+			resolv = filepath.Join(sb, "resolv.conf")
+		}
+	}
+	f, err := file.New(file.Options{AllowedPrefixes: prefixes})
+	if err != nil {
+		return nil, err
+	}
+	list := []backends.Backend{
+		ping.New(),
+		testbackend.New(),
+		sysinfo.New(),
+		f,
+		apt.New(apt.Options{AptGetPath: opts.AptGetPath, DpkgQueryPath: opts.DpkgQueryPath}),
+		systemd.New(systemd.Options{SystemctlPath: opts.SystemctlPath}),
+		netbackend.New(netbackend.Options{PingPath: opts.PingPath, ResolvConfPath: resolv}),
+	}
+	// An exec backend without programs could run nothing; leaving it out
+	// keeps it off the node's advertised schemas.
+	if len(opts.Programs) > 0 {
+		x, err := execbackend.New(execbackend.Options{Programs: opts.Programs})
+		if err != nil {
+			return nil, err
+		}
+		list = append(list, x)
+	}
 	r := backends.NewRegistry()
-	for _, b := range []backends.Backend{ping.New(), testbackend.New()} {
+	for _, b := range list {
 		if err := r.Register(b); err != nil {
 			return nil, err
 		}
 	}
-	_ = opts
 	return r, nil
 }
