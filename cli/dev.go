@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -47,17 +49,18 @@ The agents enable only sandboxed backends. Stop it with Ctrl-C.`,
 				return fmt.Errorf("start dev fleet: %w", err)
 			}
 			addr := f.APIURL()
-			_, _ = fmt.Fprintf(g.stdout, `GRID dev fleet: %d agent(s)
-  API:  %s
-  NATS: %s
-  data: %s (removed at exit)
+			_, _ = fmt.Fprintf(g.stdout, `GRID dev fleet: %d agent(s) named node-1…node-%d
+  API:    %s
+  NATS:   %s
+  groups: %s
+  data:   %s (removed at exit)
 
 Try, in another terminal:
   grid --addr %s node list
-  grid --addr %s job run --target all ping echo --message hi --wait
+  grid --addr %s job run --target group:web ping echo --message hi --wait
 
 Ctrl-C stops the fleet.
-`, agents, addr, f.NATSURL(), dir, addr, addr)
+`, agents, agents, addr, f.NATSURL(), devGroups(agents), dir, addr, addr)
 			<-ctx.Done()
 			_, _ = fmt.Fprintln(g.stderr, "stopping the dev fleet…")
 			<-f.Done()
@@ -70,4 +73,20 @@ Ctrl-C stops the fleet.
 	// Quiet by default: the fleet's logs would bury the instructions above.
 	logs.register(f, "warn")
 	return cmd
+}
+
+// devGroups lists the groups the dev fleet's agents are in.
+func devGroups(agents int) string {
+	var groups []string
+	for i := range agents {
+		for _, grp := range fleet.DefaultGroups(i) {
+			if !slices.Contains(groups, grp) {
+				groups = append(groups, grp)
+			}
+		}
+	}
+	if len(groups) == 0 {
+		return "-"
+	}
+	return strings.Join(groups, ", ")
 }

@@ -63,6 +63,14 @@ func truncate(s string, n int) string {
 	return s
 }
 
+// cutLine cuts a line to n runes, keeping its indentation.
+func cutLine(s string, n int) string {
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
+}
+
 // fmtDuration rounds a duration for people: 1.23s, 45ms, 2m3s.
 func fmtDuration(d time.Duration) string {
 	switch {
@@ -268,7 +276,7 @@ func (p *progress) draw(j *api.Job) {
 		fmt.Fprintf(&b, "\x1b[%dA\r\x1b[J", p.lines)
 	}
 	for _, l := range lines {
-		b.WriteString(truncate(l, p.width-1))
+		b.WriteString(cutLine(l, p.width-1))
 		b.WriteByte('\n')
 	}
 	_, _ = io.WriteString(p.w, b.String())
