@@ -48,6 +48,9 @@ const MaxLine = 4 << 20
 // line before its process group is killed.
 const exitGrace = 5 * time.Second
 
+// stderrSettle is how long a daemon's error waits for its stderr.
+const stderrSettle = 50 * time.Millisecond
+
 // ProgramSpec registers one program.
 type ProgramSpec struct {
 	// Path is the executable, absolute.
@@ -453,6 +456,9 @@ func (d *daemon) run(ctx context.Context, line []byte, progress func(int, string
 				continue
 			}
 			if err != nil {
+				// stderr travels on its own pipe: give what the program
+				// wrote there before its error line a moment to arrive.
+				time.Sleep(stderrSettle)
 				res.Output = strings.TrimSpace(res.Output + "\n" + d.stderr.String())
 				return res, failure(d.name, err, d.stderr)
 			}
