@@ -160,7 +160,7 @@ func TestKillLeavesNodeOnline(t *testing.T) {
 func TestSubjects(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	h.startAgent("web1", func(c *Config) { c.Groups = []string{"web.dev.us-east"} })
+	a, _ := h.startAgent("web1", func(c *Config) { c.Groups = []string{"web.dev.us-east"} })
 	cases := []struct {
 		name    string
 		subject string
@@ -192,6 +192,15 @@ func TestSubjects(t *testing.T) {
 	}
 	h.final("subj-sentinel", "web1", 3*time.Second)
 	time.Sleep(100 * time.Millisecond)
+	positives := int64(1) // the sentinel
+	for _, c := range cases {
+		if c.runs {
+			positives++
+		}
+	}
+	if got := a.stats.received.Load(); got != positives {
+		t.Errorf("the agent received %d commands, want %d", got, positives)
+	}
 	for i, c := range cases {
 		if !c.runs {
 			if got := h.resultsOf(jobName("subj", i), ""); len(got) != 0 {
@@ -293,14 +302,15 @@ func TestDuplicateRunsOnce(t *testing.T) {
 func TestCancel(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	h.startAgent("cx", func(c *Config) { c.MaxConcurrent = 1 })
+	a, _ := h.startAgent("cx", func(c *Config) { c.MaxConcurrent = 1 })
 	h.send(api.NodeCommandSubject("cx", "ping", "sleep"), command("cx-job", "ping", "sleep", api.Params{"duration": "1m"}))
+	eventually(t, 3*time.Second, "the sleep to start", func() bool { return len(h.resultsOf("cx-job", api.ResultRunning)) == 1 })
 	// A second step of the same job waits for the only slot; the cancel
 	// must fail it without running it.
 	queued := command("cx-job", "ping", "echo", nil)
 	queued.TaskIndex = 1
 	h.send(api.NodeCommandSubject("cx", "ping", "echo"), queued)
-	eventually(t, 3*time.Second, "the sleep to start", func() bool { return len(h.resultsOf("cx-job", api.ResultRunning)) == 1 })
+	eventually(t, 3*time.Second, "the second step to queue", func() bool { return a.stats.accepted.Load() == 2 })
 
 	began := time.Now()
 	h.cancelJob("cx-job")
