@@ -511,6 +511,11 @@ func (a *Agent) skipBroadcast(cmd *api.Command) string {
 	if slices.Contains(cmd.Exclude, a.id) {
 		return "excluded"
 	}
+	// Between subscribing and registering no controller can have resolved
+	// this session into a target.
+	if a.info.OnlineSince.IsZero() {
+		return "not registered yet"
+	}
 	// A zero resolved_at carries no constraint, so a controller that does
 	// not set it still reaches its nodes.
 	if !cmd.ResolvedAt.IsZero() && a.info.OnlineSince.After(cmd.ResolvedAt) {

@@ -73,10 +73,12 @@ type Config struct {
 	// MaxConcurrent bounds the tasks running at once; more wait their turn.
 	MaxConcurrent int `yaml:"max_concurrent"`
 	// Allow enables backend actions (see backends.ParseAllowlist); empty
-	// enables every action not marked dangerous.
+	// enables every action not marked dangerous. When set, it replaces the
+	// allowlist of Registry, including a caller-supplied one.
 	Allow []string `yaml:"allow"`
 	// ShutdownGrace is how long a graceful shutdown waits for running tasks
-	// before interrupting them.
+	// before interrupting them. Zero means the default, as for every
+	// duration here.
 	ShutdownGrace Duration `yaml:"shutdown_grace"`
 
 	// Registry holds the backends to offer; nil means the built-in set.
