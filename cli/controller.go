@@ -58,7 +58,6 @@ before. The controller stops on SIGINT or SIGTERM.`,
 			if err := c.Start(ctx); err != nil {
 				return fmt.Errorf("start controller: %w", err)
 			}
-			logger.Info("controller ready", "api", c.APIURL(), "nats", c.NATSURL())
 			select {
 			case <-ctx.Done():
 				logger.Info("shutting down")
