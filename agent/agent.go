@@ -31,7 +31,9 @@ const (
 	// commands stream keeps commands for an hour, so a redelivery older than
 	// that cannot happen.
 	seenMax = 100_000
-	seenTTL = time.Hour
+	// finalsMax bounds the finished results kept for answering repeats.
+	finalsMax = 10000
+	seenTTL   = time.Hour
 	// opTimeout bounds one KV or publish round trip.
 	opTimeout = 5 * time.Second
 	// drainTimeout bounds the final drain of the connection.
@@ -70,6 +72,7 @@ type Agent struct {
 	info      api.NodeInfo
 	stopping  bool
 	seen      *recentSet[taskKey]
+	finals    *finalCache
 	cancelled *recentSet[string]
 	running   map[string]map[*task]struct{}
 	cmdSubs   []*nats.Subscription
@@ -119,10 +122,15 @@ func New(cfg Config) (*Agent, error) {
 	if log == nil {
 		log = slog.Default()
 	}
+	if cfg.Sandbox != "" {
+		if err := os.MkdirAll(cfg.Sandbox, 0o750); err != nil {
+			return nil, fmt.Errorf("agent: sandbox: %w", err)
+		}
+	}
 	reg := cfg.Registry
 	if reg == nil {
 		var err error
-		reg, err = builtin.New(builtin.Options{Sandbox: cfg.DataDir})
+		reg, err = builtin.New(cfg.builtinOptions())
 		if err != nil {
 			return nil, fmt.Errorf("agent: built-in backends: %w", err)
 		}
@@ -158,6 +166,7 @@ func New(cfg Config) (*Agent, error) {
 		schemas:    schemas,
 		digest:     api.SchemaDigest(schemas),
 		seen:       newRecentSet[taskKey](seenMax, seenTTL),
+		finals:     newFinalCache(finalsMax),
 		cancelled:  newRecentSet[string](10_000, seenTTL),
 		running:    map[string]map[*task]struct{}{},
 		slots:      make(chan struct{}, cfg.MaxConcurrent),
@@ -489,8 +498,14 @@ func (a *Agent) onCommand(msg *nats.Msg) {
 		}
 	}
 	if a.seen.Has(key, now) {
+		f, done := a.finals.get(key)
 		a.mu.Unlock()
 		a.stats.duplicates.Add(1)
+		if done {
+			log.Info("repeated command for a finished task; sending its result again", "subject", msg.Subject)
+			go a.resendFinal(log, f)
+			return
+		}
 		log.Info("ignoring duplicate command", "subject", msg.Subject)
 		return
 	}

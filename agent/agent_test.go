@@ -278,13 +278,19 @@ func TestDuplicateRunsOnce(t *testing.T) {
 	h.send("cmd.all.probe.count", cmd)
 	h.send("cmd.group.g.probe.count", cmd)
 	h.final("dup-job", "dup", 3*time.Second)
+	if got := h.resultsOf("dup-job", api.StepSuccess); len(got) != 1 {
+		t.Errorf("%d success results while duplicates arrived mid-run, want 1", len(got))
+	}
+	// Asked again after it finished (a controller that restarted and never
+	// saw the answer), the agent re-sends the recorded result without
+	// running the backend.
 	h.send(api.NodeCommandSubject("dup", "probe", "count"), cmd)
 	eventually(t, 3*time.Second, "three duplicates", func() bool { return a.stats.duplicates.Load() == 3 })
+	eventually(t, 3*time.Second, "the result sent again", func() bool {
+		return len(h.resultsOf("dup-job", api.StepSuccess)) == 2
+	})
 	if n := p.runs.Load(); n != 1 {
 		t.Errorf("backend ran %d times, want 1", n)
-	}
-	if got := h.resultsOf("dup-job", api.StepSuccess); len(got) != 1 {
-		t.Errorf("%d success results, want 1", len(got))
 	}
 
 	// A retry is a new attempt and runs again.
@@ -292,7 +298,7 @@ func TestDuplicateRunsOnce(t *testing.T) {
 	retry.Attempt = 2
 	h.send(api.NodeCommandSubject("dup", "probe", "count"), retry)
 	eventually(t, 3*time.Second, "the retry to finish", func() bool {
-		return len(h.resultsOf("dup-job", api.StepSuccess)) == 2
+		return len(h.resultsOf("dup-job", api.StepSuccess)) == 3
 	})
 	if n := p.runs.Load(); n != 2 {
 		t.Errorf("backend ran %d times after a retry, want 2", n)

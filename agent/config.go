@@ -14,6 +14,8 @@ import (
 
 	"github.com/gridfleet/terraform-provider-grid/api"
 	"github.com/gridfleet/terraform-provider-grid/backends"
+	"github.com/gridfleet/terraform-provider-grid/backends/builtin"
+	"github.com/gridfleet/terraform-provider-grid/internal/config"
 )
 
 // Version is reported in NodeInfo; the build sets it.
@@ -28,31 +30,8 @@ const (
 	DefaultShutdownGrace     = 30 * time.Second
 )
 
-// Duration is a time.Duration written as "10s" in YAML, so config files say
-// what they mean instead of counting nanoseconds.
-type Duration time.Duration
-
-// D returns the time.Duration.
-func (d Duration) D() time.Duration { return time.Duration(d) }
-
-// String renders the duration as Go does.
-func (d Duration) String() string { return time.Duration(d).String() }
-
-// UnmarshalYAML reads a Go duration string such as "500ms" or "10s".
-func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
-	if n.Kind != yaml.ScalarNode {
-		return fmt.Errorf("line %d: want a duration such as 10s", n.Line)
-	}
-	v, err := time.ParseDuration(n.Value)
-	if err != nil {
-		return fmt.Errorf("line %d: %q is not a duration (examples: 500ms, 10s, 5m)", n.Line, n.Value)
-	}
-	*d = Duration(v)
-	return nil
-}
-
-// MarshalYAML writes the duration as a string.
-func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
+// Duration is a time.Duration written as "10s" in YAML.
+type Duration = config.Duration
 
 // Config configures an agent. The zero value of a field means its default
 // (New fills them in), so programmatic callers set only what they need.
@@ -63,8 +42,13 @@ type Config struct {
 	Groups []string `yaml:"groups"`
 	// NATSURLs are the servers to connect to.
 	NATSURLs []string `yaml:"nats"`
-	// DataDir, when set, confines file-touching built-in backends to it.
+	// DataDir holds the agent's own state.
 	DataDir string `yaml:"data_dir"`
+	// Sandbox, when set, confines the file-touching built-in backends (file,
+	// net's resolver file) to this directory; grid dev sets it.
+	Sandbox string `yaml:"sandbox"`
+	// Backends configures the built-in backends.
+	Backends BackendsConfig `yaml:"backends"`
 	// HeartbeatInterval is how often NodeInfo is re-put with a fresh
 	// last_seen.
 	HeartbeatInterval Duration `yaml:"heartbeat_interval"`
@@ -85,6 +69,38 @@ type Config struct {
 	Registry *backends.Registry `yaml:"-"`
 	// Logger receives the agent's logs; nil means slog.Default().
 	Logger *slog.Logger `yaml:"-"`
+}
+
+// BackendsConfig configures the built-in backends that touch the host.
+type BackendsConfig struct {
+	// FileAllowedPrefixes are the directories the file backend may touch;
+	// none means it refuses every path.
+	FileAllowedPrefixes []string `yaml:"file_allowed_prefixes"`
+	// ResolvConfPath is the resolver file net.dns_get and net.dns_set use.
+	ResolvConfPath string `yaml:"resolv_conf_path"`
+	// Programs are what the exec backend may run, by the name jobs use.
+	Programs map[string]ProgramConfig `yaml:"programs"`
+}
+
+// ProgramConfig registers one program for the exec backend.
+type ProgramConfig struct {
+	Path    string   `yaml:"path"`
+	Args    []string `yaml:"args"`
+	Mode    string   `yaml:"mode"`
+	Timeout Duration `yaml:"timeout"`
+}
+
+// builtinOptions turns the config into the built-in backends' options.
+func (c Config) builtinOptions() builtin.Options {
+	o := builtin.Options{Sandbox: c.Sandbox, FileAllowedPrefixes: c.Backends.FileAllowedPrefixes,
+		ResolvConfPath: c.Backends.ResolvConfPath}
+	if len(c.Backends.Programs) > 0 {
+		o.Programs = map[string]builtin.ProgramSpec{}
+		for name, p := range c.Backends.Programs {
+			o.Programs[name] = builtin.ProgramSpec{Path: p.Path, Args: p.Args, Mode: p.Mode, Timeout: p.Timeout.D()}
+		}
+	}
+	return o
 }
 
 // DefaultConfig returns a config with every default filled in.

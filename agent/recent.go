@@ -67,3 +67,37 @@ func (s *recentSet[K]) popFront() {
 		s.head = 0
 	}
 }
+
+// finalResult is a finished task's result as published.
+type finalResult struct {
+	subject string
+	data    []byte
+}
+
+// finalCache keeps the last results this agent published, oldest evicted
+// first, so a repeated command can be answered without running again.
+type finalCache struct {
+	max   int
+	byKey map[taskKey]finalResult
+	order []taskKey
+}
+
+func newFinalCache(max int) *finalCache {
+	return &finalCache{max: max, byKey: map[taskKey]finalResult{}}
+}
+
+func (c *finalCache) put(k taskKey, f finalResult) {
+	if _, ok := c.byKey[k]; !ok {
+		c.order = append(c.order, k)
+	}
+	c.byKey[k] = f
+	for len(c.order) > c.max {
+		delete(c.byKey, c.order[0])
+		c.order = c.order[1:]
+	}
+}
+
+func (c *finalCache) get(k taskKey) (finalResult, bool) {
+	f, ok := c.byKey[k]
+	return f, ok
+}

@@ -252,6 +252,23 @@ func (a *Agent) publishFinal(t *task, r api.TaskResult) {
 		return
 	}
 	msgID := fmt.Sprintf("%s.%d.%s.%d", r.JobID, r.TaskIndex, r.NodeID, r.Attempt)
+	a.mu.Lock()
+	a.finals.put(taskKey{job: r.JobID, step: r.TaskIndex, attempt: r.Attempt}, finalResult{subject: subject, data: data})
+	a.mu.Unlock()
+	a.storeFinal(t.log, subject, data, msgID)
+}
+
+// resendFinal answers a repeated command for a task that already finished
+// with the recorded result instead of running it again: a controller that
+// restarted (or took over the job) asks again because it never saw the
+// answer. The message id differs from the original's so the stream stores
+// it even within its duplicate window.
+func (a *Agent) resendFinal(log *slog.Logger, f finalResult) {
+	a.storeFinal(log, f.subject, f.data, fmt.Sprintf("resend.%s.%d", f.subject, time.Now().UnixNano()))
+}
+
+func (a *Agent) storeFinal(log *slog.Logger, subject string, data []byte, msgID string) {
+	var err error
 	backoff := 100 * time.Millisecond
 	for i := 1; ; i++ {
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
@@ -263,11 +280,11 @@ func (a *Agent) publishFinal(t *task, r api.TaskResult) {
 		if errors.Is(err, nats.ErrConnectionClosed) || i == publishAttempts {
 			break
 		}
-		t.log.Warn("publishing final result failed; retrying", "try", i, "err", err)
+		log.Warn("publishing final result failed; retrying", "try", i, "err", err)
 		time.Sleep(backoff)
 		backoff *= 2
 	}
-	t.log.Error("final result lost", "status", r.Status, "err", err)
+	log.Error("final result lost", "subject", subject, "err", err)
 }
 
 // progress forwards a backend's progress reports, at most one per

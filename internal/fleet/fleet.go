@@ -179,7 +179,9 @@ func (f *Fleet) AddAgent(ctx context.Context, groups []string) (*agent.Agent, er
 	cfg.Groups = groups
 	cfg.NATSURLs = []string{f.NATSURL()}
 	cfg.DataDir = filepath.Join(f.dataDir, "agents", name)
-	cfg.Logger = f.log.With("node", name)
+	// File-touching backends stay inside the agent's own directory.
+	cfg.Sandbox = filepath.Join(cfg.DataDir, "sandbox")
+	cfg.Logger = f.log
 	if f.opts.Agent != nil {
 		f.opts.Agent(i, &cfg)
 	}
