@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -294,7 +295,7 @@ func (f *fakeController) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code = run("test", args, &out, &errb)
+	code = run(context.Background(), "test", args, &out, &errb)
 	return code, out.String(), errb.String()
 }
 

@@ -4,6 +4,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -156,13 +157,15 @@ Started by Terraform, the same binary serves the Terraform provider.`,
 
 // Execute runs the grid command line with os.Args and returns the exit code.
 func Execute(version string) int {
-	return run(version, os.Args[1:], os.Stdout, os.Stderr)
+	return run(context.Background(), version, os.Args[1:], os.Stdout, os.Stderr)
 }
 
-func run(version string, args []string, stdout, stderr io.Writer) int {
+// run executes one command line; ctx ending stops long-running commands
+// as a signal would.
+func run(ctx context.Context, version string, args []string, stdout, stderr io.Writer) int {
 	root := NewRootCommand(version, stdout, stderr)
 	root.SetArgs(args)
-	cmd, err := root.ExecuteC()
+	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {
 		return ExitOK
 	}
