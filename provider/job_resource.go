@@ -82,10 +82,14 @@ func (r *jobResource) Metadata(_ context.Context, req resource.MetadataRequest, 
 
 // leafSchemaAttributes are the attributes of a task that runs one backend
 // action.
-func leafSchemaAttributes() map[string]schema.Attribute {
+func leafSchemaAttributes(top bool) map[string]schema.Attribute {
+	backendDesc := "Backend to run (`ping`, `test`, …; see the `grid_backends` data source). Required, with `action`."
+	if top {
+		backendDesc = "Backend to run (`ping`, `test`, …; see the `grid_backends` data source). Set with `action`, or set `tasks` instead."
+	}
 	return map[string]schema.Attribute{
 		"backend": schema.StringAttribute{
-			MarkdownDescription: "Backend to run (`ping`, `test`, …; see the `grid_backends` data source). Set with `action`, or set `tasks` instead.",
+			MarkdownDescription: backendDesc,
 			Optional:            true,
 		},
 		"action": schema.StringAttribute{
@@ -119,12 +123,12 @@ func leafSchemaAttributes() map[string]schema.Attribute {
 // tasksSchemaAttribute is the shape of tasks and destroy_tasks: leaves are
 // barrier steps, an element with nested tasks is a per-node pipeline.
 func tasksSchemaAttribute(desc string, required bool, mods []planmodifier.List) schema.ListNestedAttribute {
-	top := leafSchemaAttributes()
+	top := leafSchemaAttributes(true)
 	top["tasks"] = schema.ListNestedAttribute{
 		MarkdownDescription: "A per-node pipeline: these tasks run in order on each node, and each node advances on its own " +
 			"result. An element sets either `backend`/`action` or `tasks`. A pipeline cannot contain another pipeline.",
 		Optional:     true,
-		NestedObject: schema.NestedAttributeObject{Attributes: leafSchemaAttributes()},
+		NestedObject: schema.NestedAttributeObject{Attributes: leafSchemaAttributes(false)},
 		Validators:   []validator.List{listvalidator.SizeAtLeast(1)},
 	}
 	return schema.ListNestedAttribute{
@@ -387,7 +391,7 @@ func addValidationError(diags *diag.Diagnostics, summary string, err error) {
 		diags.AddAttributeError(path.Root("target"), summary, err.Error())
 		return
 	}
-	diags.AddAttributeError(fieldPath(path.Empty(), ve.Field), summary, ve.Msg)
+	diags.AddAttributeError(fieldPath(path.Empty(), ve.Field), summary, ve.Error())
 }
 
 // addTasksValidationError reports an api validation error of a task list
@@ -399,7 +403,7 @@ func addTasksValidationError(diags *diag.Diagnostics, list string, err error) {
 		return
 	}
 	rest := strings.TrimPrefix(ve.Field, "tasks")
-	diags.AddAttributeError(fieldPathUnder(path.Root(list), rest), "Invalid Task", ve.Msg)
+	diags.AddAttributeError(fieldPathUnder(path.Root(list), rest), "Invalid Task", list+rest+": "+ve.Msg)
 }
 
 // fieldPathUnder resolves "[1].tasks[0].action" (a field relative to a list
@@ -513,15 +517,15 @@ func leafErrorPath(leaf specLeaf, err error) (path.Path, string) {
 	rest := strings.TrimPrefix(strings.TrimPrefix(ve.Field, leaf.Field), ".")
 	switch {
 	case rest == "backend" || rest == "action":
-		return leaf.Path.AtName(rest), ve.Msg
+		return leaf.Path.AtName(rest), ve.Error()
 	case strings.HasPrefix(rest, "params."):
 		key := strings.TrimPrefix(rest, "params.")
 		if _, ok := leaf.Task.Params[key]; ok {
-			return leaf.Path.AtName("params").AtMapKey(key), ve.Msg
+			return leaf.Path.AtName("params").AtMapKey(key), ve.Error()
 		}
-		return leaf.Path.AtName("params"), ve.Msg
+		return leaf.Path.AtName("params"), ve.Error()
 	}
-	return leaf.Path, ve.Msg
+	return leaf.Path, ve.Error()
 }
 
 // matchingOnline returns the sorted ids of the online nodes a target selects.

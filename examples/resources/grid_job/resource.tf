@@ -1,0 +1,49 @@
+# A per-node pipeline followed by a barrier step, on every node in group web
+# (and its sub-groups, such as web.prod).
+resource "grid_job" "rollout" {
+  target = {
+    scope = "group"
+    value = "web"
+  }
+  strategy = "fail-fast"
+  timeout  = "10m"
+
+  tasks = [
+    # Each node runs these in order, advancing on its own results.
+    {
+      tasks = [
+        { backend = "ping", action = "echo", params = { message = "prepare" } },
+        { backend = "ping", action = "sleep", params = { duration = "1s" }, timeout = "30s", max_retries = 2 },
+      ]
+    },
+    # A barrier: starts once every node finished the pipeline.
+    { backend = "ping", action = "echo", params = { message = "done" }, condition = "on_success" },
+  ]
+
+  # Run the job again whenever the release changes.
+  triggers = {
+    release = "2024-06-01"
+  }
+
+  # Run when the resource is destroyed, against the same target.
+  destroy_tasks = [
+    { backend = "ping", action = "echo", params = { message = "rolled back" } },
+  ]
+
+  timeouts {
+    create = "15m"
+  }
+}
+
+# One node, chosen by the controller; the plan shows the node only after apply.
+resource "grid_job" "canary" {
+  target = { scope = "any" }
+  tasks  = [{ backend = "ping", action = "echo", params = { message = "canary" } }]
+}
+
+output "rollout_results" {
+  value = {
+    for step in grid_job.rollout.results :
+    "${step.index}:${step.backend}.${step.action}" => { for node, r in step.nodes : node => r.status }
+  }
+}
