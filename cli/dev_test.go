@@ -77,6 +77,10 @@ func TestDevFleetEndToEnd(t *testing.T) {
 	if code != ExitUsage {
 		t.Fatalf("unknown param: code %d err %q", code, errOut)
 	}
+	code, out, errOut = runCLI(t, "--addr", addr, "backends", "ping")
+	if code != ExitOK || !strings.Contains(out, "--duration") {
+		t.Fatalf("backends ping: code %d out %q err %q", code, out, errOut)
+	}
 	code, out, _ = runCLI(t, "--addr", addr, "-o", "json", "job", "list")
 	if code != ExitOK || strings.Count(out, `"id"`) != 2 {
 		t.Fatalf("job list: code %d out %q", code, out)

@@ -94,14 +94,28 @@ func printNode(w io.Writer, n *api.NodeInfo, now time.Time) error {
 		return nil
 	}
 	_, _ = fmt.Fprintln(w)
-	tw = newTable(w)
-	_, _ = fmt.Fprintln(tw, "BACKEND\tACTION\tPARAMS\tFLAGS\tDESCRIPTION")
-	schemas := append([]api.BackendSchema(nil), n.Schemas...)
+	return writeSchemaTable(w, n.Schemas, nil)
+}
+
+// writeSchemaTable lists every action of the schemas, one row each. With
+// nodes set, a column says how many online nodes offer the backend.
+func writeSchemaTable(w io.Writer, schemas []api.BackendSchema, nodes map[string]int) error {
+	tw := newTable(w)
+	if nodes != nil {
+		_, _ = fmt.Fprintln(tw, "BACKEND\tACTION\tNODES\tPARAMS\tFLAGS\tDESCRIPTION")
+	} else {
+		_, _ = fmt.Fprintln(tw, "BACKEND\tACTION\tPARAMS\tFLAGS\tDESCRIPTION")
+	}
+	schemas = append([]api.BackendSchema(nil), schemas...)
 	sort.Slice(schemas, func(i, j int) bool { return schemas[i].Name < schemas[j].Name })
 	for _, b := range schemas {
 		for _, name := range b.ActionNames() {
 			a, _ := b.Action(name)
-			_, _ = fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", b.Name, a.Name, orDash(paramSummary(a.Params)),
+			count := ""
+			if nodes != nil {
+				count = fmt.Sprintf("%d\t", nodes[b.Name])
+			}
+			_, _ = fmt.Fprintf(tw, "%s\t%s\t%s%s\t%s\t%s\n", b.Name, a.Name, count, orDash(paramSummary(a.Params)),
 				orDash(actionFlags(a)), truncate(a.Description, 50))
 		}
 	}
