@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/gridfleet/terraform-provider-grid/api"
 	"github.com/gridfleet/terraform-provider-grid/controller"
 	"github.com/gridfleet/terraform-provider-grid/internal/fleet"
@@ -375,9 +377,36 @@ tasks:
 		cur, err := f.Client().GetJob(ctx, j.ID)
 		return err == nil && nodeStatus(cur, 0, "node-1") == api.StepRunning && nodeStatus(cur, 0, "node-2") == api.StepRunning
 	})
+	// Listen to what the agents report, to see their sleeps end.
+	nc, err := nats.Connect(f.NATSURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	finals := make(chan api.TaskResult, 16)
+	sub, err := nc.Subscribe(api.JobResultsSubject(j.ID), func(m *nats.Msg) {
+		var tr api.TaskResult
+		if json.Unmarshal(m.Data, &tr) == nil && api.StepTerminal(tr.Status) {
+			finals <- tr
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
 	start := time.Now()
 	if _, err := f.Client().CancelJob(ctx, j.ID); err != nil {
 		t.Fatal(err)
+	}
+	for range 2 {
+		select {
+		case tr := <-finals:
+			if tr.Status != api.StepFailed || !strings.Contains(tr.Error, "cancel") || time.Duration(tr.Duration) > 10*time.Second {
+				t.Fatalf("agent's report after cancel: %+v, want its sleep interrupted", tr)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("an agent's sleep was not interrupted within 5s of the cancel")
+		}
 	}
 	j = wait(t, f, j.ID)
 	if j.Status != api.JobCancelled {
@@ -389,7 +418,6 @@ tasks:
 	if s := nodeStatus(j, 1, "node-1"); s != "<none>" {
 		t.Fatalf("step after cancel ran: %s", s)
 	}
-	// The agents' sleeps were interrupted: they take new work at once.
 	j2 := submitWait(t, f, "target: {scope: all}\ntasks: [{backend: ping, action: echo}]")
 	if j2.Status != api.JobCompleted {
 		t.Fatalf("follow-up job %s", j2.Status)
