@@ -99,6 +99,7 @@ type Agent struct {
 	done     chan struct{}
 
 	stats stats
+	obs   *observer
 }
 
 // stats count what happened to incoming commands; tests read them to assert
@@ -187,6 +188,7 @@ func New(cfg Config) (*Agent, error) {
 		Status:       api.NodeOffline,
 		Version:      Version,
 	}
+	a.obs = newObserver(a)
 	return a, nil
 }
 
@@ -215,7 +217,12 @@ func (a *Agent) Start(ctx context.Context) error {
 	if !a.started.CompareAndSwap(false, true) {
 		return errors.New("agent: already started")
 	}
+	if err := a.startHTTP(); err != nil {
+		close(a.done)
+		return err
+	}
 	if err := a.start(ctx); err != nil {
+		a.stopHTTP()
 		a.taskCancel(err)
 		if a.nc != nil {
 			a.nc.Close()
@@ -377,6 +384,7 @@ func (a *Agent) Kill() {
 
 func (a *Agent) lifecycle(ctx context.Context) {
 	defer close(a.done)
+	defer a.stopHTTP()
 	select {
 	case <-ctx.Done():
 		a.shutdown()
@@ -479,6 +487,7 @@ func (a *Agent) onCommand(msg *nats.Msg) {
 		return
 	}
 	log := a.log.With("job", cmd.JobID, "step", cmd.TaskIndex, "attempt", cmd.Attempt)
+	parent, log := traceCommand(msg, log)
 	broadcast := !strings.HasPrefix(msg.Subject, "cmd.node.")
 	key := taskKey{job: cmd.JobID, step: cmd.TaskIndex, attempt: cmd.Attempt}
 	now := time.Now()
@@ -511,6 +520,7 @@ func (a *Agent) onCommand(msg *nats.Msg) {
 	}
 	a.seen.Add(key, now)
 	t := a.newTask(cmd, log)
+	t.parent = parent
 	if a.cancelled.Has(cmd.JobID, now) {
 		t.cancel(cancelledErr(cmd.JobID))
 	}

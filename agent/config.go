@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
@@ -69,6 +71,12 @@ type Config struct {
 	Registry *backends.Registry `yaml:"-"`
 	// Logger receives the agent's logs; nil means slog.Default().
 	Logger *slog.Logger `yaml:"-"`
+	// MetricsAddr, when set, is where the agent serves /metrics, /healthz
+	// and /readyz (host:port; port 0 picks one).
+	MetricsAddr string `yaml:"metrics_addr"`
+	// TracerProvider makes the agent's spans; nil means the global
+	// provider (a no-op unless the process set one up).
+	TracerProvider trace.TracerProvider `yaml:"-"`
 }
 
 // BackendsConfig configures the built-in backends that touch the host.
@@ -195,6 +203,11 @@ func (c Config) Validate() error {
 	}
 	if c.MaxConcurrent < 1 {
 		bad("max_concurrent must be at least 1, got %d", c.MaxConcurrent)
+	}
+	if c.MetricsAddr != "" {
+		if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {
+			bad("metrics_addr %q: want host:port (port 0 picks one)", c.MetricsAddr)
+		}
 	}
 	if c.ShutdownGrace < 0 {
 		bad("shutdown_grace must not be negative, got %s", c.ShutdownGrace)

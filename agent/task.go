@@ -13,9 +13,11 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
 	"github.com/gridfleet/terraform-provider-grid/backends"
+	"github.com/gridfleet/terraform-provider-grid/internal/bus"
 )
 
 const (
@@ -38,6 +40,10 @@ type task struct {
 	log    *slog.Logger
 	ctx    context.Context
 	cancel context.CancelCauseFunc
+	// parent is the trace context the command carried; span is the task's.
+	parent  context.Context
+	span    trace.Span
+	spanCtx context.Context
 }
 
 // newTask registers a task under its job so a cancel finds it. Callers hold
@@ -69,6 +75,7 @@ func (a *Agent) forget(t *task) {
 func (a *Agent) runTask(t *task) {
 	defer a.tasks.Done()
 	defer a.forget(t)
+	a.startTaskSpan(t)
 	start := time.Now()
 
 	// Wait for a slot; a cancel or shutdown while queued fails the task
@@ -155,7 +162,9 @@ func (a *Agent) execute(t *task) (*backends.Result, chan struct{}, error) {
 				out <- outcome{err: fmt.Errorf("backend %s panicked: %v", t.cmd.Task.Backend, p)}
 			}
 		}()
-		res, err := a.reg.Run(ctx, t.cmd.Task.Backend, req)
+		bctx, span := a.startBackendSpan(ctx, t)
+		res, err := a.reg.Run(bctx, t.cmd.Task.Backend, req)
+		endSpan(span, err)
 		out <- outcome{res, err}
 	}()
 
@@ -211,6 +220,7 @@ func (a *Agent) finish(t *task, start time.Time, res *backends.Result, err error
 	t.log.Log(context.Background(), level, "task finished", "task", t.cmd.Task.Name(),
 		"status", r.Status, "duration", r.Duration.String(), "changed", r.Changed, "err", r.Error)
 	a.publishFinal(t, r)
+	a.observeTask(t, &r)
 }
 
 func truncate(s string) string {
@@ -237,7 +247,9 @@ func (a *Agent) publishCore(t *task, r api.TaskResult) {
 		t.log.Warn("encode result", "err", err)
 		return
 	}
-	if err := a.nc.Publish(subject, data); err != nil {
+	msg := &nats.Msg{Subject: subject, Data: data}
+	bus.InjectTrace(t.traceCtx(), msg)
+	if err := a.nc.PublishMsg(msg); err != nil {
 		t.log.Warn("publish result", "status", r.Status, "err", err)
 	}
 }
@@ -255,7 +267,7 @@ func (a *Agent) publishFinal(t *task, r api.TaskResult) {
 	a.mu.Lock()
 	a.finals.put(taskKey{job: r.JobID, step: r.TaskIndex, attempt: r.Attempt}, finalResult{subject: subject, data: data})
 	a.mu.Unlock()
-	a.storeFinal(t.log, subject, data, msgID)
+	a.storeFinal(t.traceCtx(), t.log, subject, data, msgID)
 }
 
 // resendFinal answers a repeated command for a task that already finished
@@ -264,15 +276,19 @@ func (a *Agent) publishFinal(t *task, r api.TaskResult) {
 // answer. The message id differs from the original's so the stream stores
 // it even within its duplicate window.
 func (a *Agent) resendFinal(log *slog.Logger, f finalResult) {
-	a.storeFinal(log, f.subject, f.data, fmt.Sprintf("resend.%s.%d", f.subject, time.Now().UnixNano()))
+	a.storeFinal(context.Background(), log, f.subject, f.data, fmt.Sprintf("resend.%s.%d", f.subject, time.Now().UnixNano()))
 }
 
-func (a *Agent) storeFinal(log *slog.Logger, subject string, data []byte, msgID string) {
+// storeFinal publishes a final result to the results stream; traceCtx's
+// span travels in the message headers.
+func (a *Agent) storeFinal(traceCtx context.Context, log *slog.Logger, subject string, data []byte, msgID string) {
 	var err error
+	msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}
+	bus.InjectTrace(traceCtx, msg)
 	backoff := 100 * time.Millisecond
 	for i := 1; ; i++ {
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-		_, err = a.js.Publish(ctx, subject, data, jetstream.WithMsgID(msgID))
+		_, err = a.js.PublishMsg(ctx, msg, jetstream.WithMsgID(msgID))
 		cancel()
 		if err == nil {
 			return

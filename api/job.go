@@ -112,10 +112,13 @@ type Job struct {
 	// Error says why a job failed or was cancelled as a whole.
 	Error string `json:"error,omitempty"`
 	// Owner is the controller running the job.
-	Owner     string    `json:"owner,omitempty"`
-	TraceID   string    `json:"trace_id,omitempty"`
-	CreatedAt time.Time `json:"created_at"`
-	UpdatedAt time.Time `json:"updated_at"`
+	Owner   string `json:"owner,omitempty"`
+	TraceID string `json:"trace_id,omitempty"`
+	// TraceParent is the W3C traceparent of the request that submitted the
+	// job; the controller that runs it continues that trace.
+	TraceParent string    `json:"trace_parent,omitempty"`
+	CreatedAt   time.Time `json:"created_at"`
+	UpdatedAt   time.Time `json:"updated_at"`
 	// StartedAt is set when a controller claims the job.
 	StartedAt *time.Time `json:"started_at,omitempty"`
 	// FinishedAt is set once the job is terminal.

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gridfleet/terraform-provider-grid/agent"
+	"github.com/gridfleet/terraform-provider-grid/internal/telemetry"
 )
 
 func newAgentCommand(g *globals) *cobra.Command {
@@ -44,6 +45,7 @@ tasks finish and deregisters.`,
 			setIfChanged(fs, "nats", &cfg.NATSURLs, flags.NATSURLs)
 			setIfChanged(fs, "data-dir", &cfg.DataDir, flags.DataDir)
 			setIfChanged(fs, "allow", &cfg.Allow, flags.Allow)
+			setIfChanged(fs, "metrics-addr", &cfg.MetricsAddr, flags.MetricsAddr)
 			cfg.Logger = logger
 			if err := cfg.Validate(); err != nil {
 				return usageErrorf("agent config: %w", err)
@@ -51,6 +53,11 @@ tasks finish and deregisters.`,
 
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			stopTracing, err := telemetry.StartTracing(ctx, "grid-agent", g.stderr, logger)
+			if err != nil {
+				return usageErrorf("%w", err)
+			}
+			defer stopTracing()
 			a, err := agent.New(cfg)
 			if err != nil {
 				return fmt.Errorf("agent: %w", err)
@@ -71,6 +78,7 @@ tasks finish and deregisters.`,
 	f.StringSliceVar(&flags.NATSURLs, "nats", def.NATSURLs, "NATS server URLs, comma-separated")
 	f.StringVar(&flags.DataDir, "data-dir", def.DataDir, "directory for agent state")
 	f.StringSliceVar(&flags.Allow, "allow", def.Allow, "backend actions to enable: backend, backend.action or * (comma-separated)")
+	f.StringVar(&flags.MetricsAddr, "metrics-addr", def.MetricsAddr, "serve /metrics, /healthz and /readyz on this address (host:port); off when empty")
 	logs.register(f, "info")
 	return cmd
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gridfleet/terraform-provider-grid/controller"
+	"github.com/gridfleet/terraform-provider-grid/internal/telemetry"
 )
 
 func newControllerCommand(g *globals) *cobra.Command {
@@ -51,6 +52,11 @@ before. The controller stops on SIGINT or SIGTERM.`,
 
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			stopTracing, err := telemetry.StartTracing(ctx, "grid-controller", g.stderr, logger)
+			if err != nil {
+				return usageErrorf("%w", err)
+			}
+			defer stopTracing()
 			c, err := controller.New(cfg)
 			if err != nil {
 				return fmt.Errorf("controller: %w", err)

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gridfleet/terraform-provider-grid/internal/fleet"
+	"github.com/gridfleet/terraform-provider-grid/internal/telemetry"
 )
 
 func newDevCommand(g *globals) *cobra.Command {
@@ -44,6 +45,11 @@ The agents enable only sandboxed backends. Stop it with Ctrl-C.`,
 
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			stopTracing, err := telemetry.StartTracing(ctx, "grid-dev", g.stderr, logger)
+			if err != nil {
+				return usageErrorf("%w", err)
+			}
+			defer stopTracing()
 			f, err := fleet.Start(ctx, fleet.Options{Agents: agents, APIAddr: apiAddr, DataDir: dir, Logger: logger})
 			if err != nil {
 				return fmt.Errorf("start dev fleet: %w", err)

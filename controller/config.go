@@ -8,6 +8,8 @@ import (
 	"os"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/gridfleet/terraform-provider-grid/api"
 	"github.com/gridfleet/terraform-provider-grid/internal/config"
 )
@@ -50,6 +52,9 @@ type Config struct {
 
 	// Logger receives the controller's logs; nil logs nothing.
 	Logger *slog.Logger `yaml:"-"`
+	// TracerProvider makes the controller's spans; nil means the global
+	// provider (a no-op unless the process set one up).
+	TracerProvider trace.TracerProvider `yaml:"-"`
 }
 
 // DefaultConfig returns a controller config for one machine.

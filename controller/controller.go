@@ -18,9 +18,11 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
 	"github.com/gridfleet/terraform-provider-grid/internal/bus"
+	"github.com/gridfleet/terraform-provider-grid/internal/telemetry"
 )
 
 // Controller is one GRID controller.
@@ -47,6 +49,9 @@ type Controller struct {
 	started time.Time
 	ready   bool
 	done    chan struct{}
+
+	metrics *metrics
+	tracer  trace.Tracer
 }
 
 // New checks the config and returns a controller ready to Start.
@@ -54,8 +59,11 @@ func New(cfg Config) (*Controller, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("controller config: %w", err)
 	}
-	return &Controller{cfg: cfg, log: cfg.logger(), runs: map[string]*run{},
-		slots: make(chan struct{}, cfg.MaxConcurrent), done: make(chan struct{})}, nil
+	c := &Controller{cfg: cfg, log: cfg.logger(), runs: map[string]*run{},
+		slots: make(chan struct{}, cfg.MaxConcurrent), done: make(chan struct{}),
+		tracer: telemetry.Tracer(cfg.TracerProvider)}
+	c.metrics = newMetrics(c)
+	return c, nil
 }
 
 // ID is the controller's name among its peers.
@@ -137,6 +145,7 @@ func (c *Controller) Start(ctx context.Context) error {
 	}
 	runCtx, stopRuns := context.WithCancel(context.Background())
 	c.reg = newRegistry(c.log, c.cfg.NodeOfflineAfter.D(), schemasKV)
+	c.reg.heartbeats = c.metrics.heartbeats
 	if err := c.reg.watch(runCtx, nodesKV); err != nil {
 		stopRuns()
 		return fail(fmt.Errorf("watch nodes: %w", err))
@@ -156,7 +165,7 @@ func (c *Controller) Start(ctx context.Context) error {
 		return fail(fmt.Errorf("API listen on %s: %w", c.cfg.APIAddr, err))
 	}
 	c.apiURL = "http://" + ln.Addr().String()
-	c.httpSrv = &http.Server{Handler: c.routes(), ReadHeaderTimeout: 10 * time.Second}
+	c.httpSrv = &http.Server{Handler: c.traceHTTP(c.routes()), ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := c.httpSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			c.log.Error("API server", "err", err)
@@ -300,7 +309,8 @@ func (c *Controller) onCancel(m *nats.Msg) {
 	}
 }
 
-func (c *Controller) jobFinished(r *run, _ api.JobStatus) {
+func (c *Controller) jobFinished(r *run, status api.JobStatus) {
+	c.metrics.observeJob(r.snapshot(), status)
 	c.mu.Lock()
 	delete(c.runs, r.job.ID)
 	c.mu.Unlock()

@@ -8,8 +8,12 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
+	"github.com/gridfleet/terraform-provider-grid/internal/bus"
 )
 
 // maxExclude bounds the exclude list a broadcast carries; beyond it the
@@ -62,7 +66,7 @@ func (r *run) dispatchMany(s api.FlatStep, nodes []*nodeRun, attempt int) {
 			cmd := r.command(s, attempt)
 			cmd.Exclude = exclude
 			r.markDispatched(s, nodes, attempt)
-			r.c.publishCommand(r.ctx, api.CommandSubject(t, s.Task.Backend, s.Task.Action), &cmd)
+			r.c.publishCommand(r.stepCtx(s), api.CommandSubject(t, s.Task.Backend, s.Task.Action), &cmd)
 			return
 		}
 	}
@@ -75,7 +79,7 @@ func (r *run) dispatchMany(s api.FlatStep, nodes []*nodeRun, attempt int) {
 func (r *run) dispatchOne(s api.FlatStep, n *nodeRun, attempt int) {
 	cmd := r.command(s, attempt)
 	r.markDispatched(s, []*nodeRun{n}, attempt)
-	r.c.publishCommand(r.ctx, api.NodeCommandSubject(n.id, s.Task.Backend, s.Task.Action), &cmd)
+	r.c.publishCommand(r.stepCtx(s), api.NodeCommandSubject(n.id, s.Task.Backend, s.Task.Action), &cmd)
 }
 
 func (r *run) markDispatched(s api.FlatStep, nodes []*nodeRun, attempt int) {
@@ -85,6 +89,7 @@ func (r *run) markDispatched(s api.FlatStep, nodes []*nodeRun, attempt int) {
 		n.attempt = attempt
 		n.waiting = true
 		n.deadline = deadline
+		n.sentAt, n.heard = now, false
 	}
 	ts := now.UTC()
 	r.update(func(j *api.Job) {
@@ -109,6 +114,10 @@ func (r *run) markDispatched(s api.FlatStep, nodes []*nodeRun, attempt int) {
 // delivers it to the agents' core subscriptions). A failed publish is
 // logged; the step's deadline then fails the nodes.
 func (c *Controller) publishCommand(ctx context.Context, subject string, cmd *api.Command) {
+	ctx, span := c.tracer.Start(ctx, "dispatch "+cmd.Task.Name(), trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(attribute.String("messaging.destination.name", subject),
+			attribute.Int("grid.step", cmd.TaskIndex), attribute.Int("grid.attempt", cmd.Attempt)))
+	defer span.End()
 	data, err := json.Marshal(cmd)
 	if err != nil {
 		c.log.Error("encode command", "err", err)
@@ -118,6 +127,7 @@ func (c *Controller) publishCommand(ctx context.Context, subject string, cmd *ap
 	// The message id lets JetStream drop a duplicate publish of the same
 	// attempt within its duplicate window.
 	msg.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("%s/%d/%d/%s", cmd.JobID, cmd.TaskIndex, cmd.Attempt, subject))
+	bus.InjectTrace(ctx, msg)
 	for try := range 3 {
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		_, err = c.js.PublishMsg(pctx, msg)
@@ -130,5 +140,6 @@ func (c *Controller) publishCommand(ctx context.Context, subject string, cmd *ap
 		}
 		time.Sleep(time.Duration(try+1) * 100 * time.Millisecond)
 	}
+	span.SetStatus(codes.Error, err.Error())
 	c.log.Error("publish command", "subject", subject, "job", cmd.JobID, "step", cmd.TaskIndex, "err", err)
 }

@@ -27,6 +27,7 @@ func (c *Controller) routes() http.Handler {
 	mux.HandleFunc("GET /backends", c.handleBackends)
 	mux.HandleFunc("GET /healthz", c.handleHealthz)
 	mux.HandleFunc("GET /readyz", c.handleReadyz)
+	mux.Handle("GET /metrics", c.metrics.handler())
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path))
 	})
@@ -72,6 +73,7 @@ func (c *Controller) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if pending >= c.cfg.MaxPending {
+		c.metrics.admissionRejected.Inc()
 		w.Header().Set("Retry-After", "1")
 		writeError(w, http.StatusTooManyRequests, fmt.Sprintf("job queue is full (%d pending, max_pending %d); retry later", pending, c.cfg.MaxPending))
 		return
@@ -84,6 +86,7 @@ func (c *Controller) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	if job.Strategy == "" {
 		job.Strategy = api.StrategyFailFast
 	}
+	stampTrace(r.Context(), job)
 	if _, err := c.jobs.create(r.Context(), job); err != nil {
 		writeError(w, http.StatusServiceUnavailable, err.Error())
 		return
@@ -97,7 +100,8 @@ func (c *Controller) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, "queue job: "+err.Error())
 		return
 	}
-	c.log.Info("job submitted", "job", job.ID, "target", job.Target.String(), "steps", api.LeafCount(job.Tasks))
+	c.metrics.jobsSubmitted.Inc()
+	jobLogger(c.log, job).Info("job submitted", "target", job.Target.String(), "steps", api.LeafCount(job.Tasks))
 	writeJSON(w, http.StatusAccepted, job)
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
 )
@@ -28,6 +29,9 @@ type registry struct {
 	// waiting steps notice a node going offline at once.
 	changed chan struct{}
 	rr      uint64
+	// heartbeats counts node puts (registrations and heartbeats); nil
+	// counts nothing.
+	heartbeats prometheus.Counter
 }
 
 func newRegistry(log *slog.Logger, offlineAfter time.Duration, schemasKV jetstream.KeyValue) *registry {
@@ -80,6 +84,9 @@ func (r *registry) apply(ctx context.Context, e jetstream.KeyValueEntry) {
 		r.notifyLocked()
 		r.mu.Unlock()
 		return
+	}
+	if r.heartbeats != nil {
+		r.heartbeats.Inc()
 	}
 	var n api.NodeInfo
 	if err := json.Unmarshal(e.Value(), &n); err != nil {

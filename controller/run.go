@@ -10,6 +10,9 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/gridfleet/terraform-provider-grid/api"
 )
 
@@ -42,6 +45,10 @@ type run struct {
 
 	flushKick chan struct{}
 	done      chan struct{}
+
+	// span is the job's span; trace follows the steps being run.
+	span  trace.Span
+	trace *stepTrace
 }
 
 type retryReq struct {
@@ -173,6 +180,8 @@ func (r *run) execute() {
 		// Leave the job running in KV: a restart of this controller (or a
 		// peer's recovery) resumes it.
 		r.flushNow()
+		r.span.SetStatus(codes.Error, errShutdown.Error())
+		r.span.End()
 		return
 	case st.failFast:
 		status = api.JobFailed
@@ -192,6 +201,7 @@ func (r *run) execute() {
 		j.FinishedAt = &now
 	})
 	r.flushNow()
+	endJobSpan(r.span, status, errMsg)
 	r.log.Info("job finished", "status", status, "error", errMsg)
 	r.c.jobFinished(r, status)
 }

@@ -108,7 +108,8 @@ func (c *Controller) startRun(job *api.Job, rev uint64) {
 		now := time.Now().UTC()
 		job.StartedAt = &now
 	}
-	root, cancel := context.WithCancelCause(context.Background())
+	spanCtx, span := c.startJobSpan(job)
+	root, cancel := context.WithCancelCause(spanCtx)
 	rctx, stopTimeout := root, context.CancelFunc(func() {})
 	if d, err := time.ParseDuration(job.Timeout); err == nil && job.StartedAt != nil {
 		// The job timeout counts from when the job first started, so a
@@ -117,7 +118,7 @@ func (c *Controller) startRun(job *api.Job, rev uint64) {
 	}
 	size := 4 * len(job.Expected)
 	r := &run{
-		c: c, log: c.log.With("job", job.ID), steps: api.Flatten(job.Tasks),
+		c: c, log: jobLogger(c.log, job), steps: api.Flatten(job.Tasks), span: span,
 		inbox: make(chan *api.TaskResult, max(size, 1024)), retryC: make(chan retryReq, 64),
 		ctx: rctx, cancel: cancel, stopTimeout: stopTimeout, job: job, rev: rev, resolvedAt: *job.StartedAt,
 		flushKick: make(chan struct{}, 1), done: make(chan struct{}),

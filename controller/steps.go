@@ -18,6 +18,8 @@ type nodeRun struct {
 	waiting  bool // a command is out and no final result has come
 	deadline time.Time
 	retrying bool
+	sentAt   time.Time // when the current attempt was dispatched
+	heard    bool      // whether the current attempt has answered
 }
 
 // runSteps drives nodes through steps, the seed's barrier step (one leaf,
@@ -30,9 +32,11 @@ func (r *run) runSteps(steps []api.FlatStep, nodes []string, entryFailed, barrie
 	for _, id := range nodes {
 		nr[id] = &nodeRun{id: id}
 	}
+	tk := r.newStepTrace(steps, len(nodes))
+	defer tk.close()
 	remaining := len(nodes)
 	finish := func(n *nodeRun) {
-		n.cursor = len(steps)
+		tk.move(n, len(steps))
 		n.waiting = false
 		remaining--
 	}
@@ -47,7 +51,7 @@ func (r *run) runSteps(steps []api.FlatStep, nodes []string, entryFailed, barrie
 				if prior.Status == api.StepFailed {
 					n.failed = true
 				}
-				n.cursor++
+				tk.move(n, n.cursor+1)
 				continue
 			}
 			if reason, skip := skipInPipeline(s.Task.Condition, entryFailed, n.failed, barrier); skip {
@@ -56,7 +60,7 @@ func (r *run) runSteps(steps []api.FlatStep, nodes []string, entryFailed, barrie
 					nr.Output = reason
 					nr.Events = append(nr.Events, api.Event{Status: api.StepSkipped, Time: time.Now().UTC(), Message: reason})
 				})
-				n.cursor++
+				tk.move(n, n.cursor+1)
 				continue
 			}
 			return true
@@ -96,10 +100,11 @@ func (r *run) runSteps(steps []api.FlatStep, nodes []string, entryFailed, barrie
 	complete := func(n *nodeRun, ok bool) {
 		if !ok {
 			n.failed = true
+			tk.fail(n)
 		}
 		n.waiting = false
 		n.retrying = false
-		n.cursor++
+		tk.move(n, n.cursor+1)
 		if advance(n) {
 			r.dispatchOne(steps[n.cursor], n, 1)
 			return
@@ -119,6 +124,7 @@ func (r *run) runSteps(steps []api.FlatStep, nodes []string, entryFailed, barrie
 			if n == nil || !inGroup || i != n.cursor || tr.Attempt != n.attempt || !n.waiting {
 				continue // stale, duplicate, or not ours
 			}
+			r.heard(n)
 			s := steps[i]
 			switch tr.Status {
 			case api.ResultRunning:
@@ -135,6 +141,7 @@ func (r *run) runSteps(steps []api.FlatStep, nodes []string, entryFailed, barrie
 				})
 			case api.StepSuccess, api.StepFailed:
 				final := tr.Status == api.StepSuccess || tr.Attempt > s.Task.MaxRetries
+				r.c.metrics.taskResults.WithLabelValues(s.Task.Backend, s.Task.Action, string(tr.Status)).Inc()
 				r.setNodeResult(s.Index, n.id, func(res *api.NodeResult) {
 					res.Output, res.Error, res.Changed, res.Facts = tr.Output, tr.Error, tr.Changed, tr.Facts
 					res.Duration = tr.Duration
@@ -155,6 +162,7 @@ func (r *run) runSteps(steps []api.FlatStep, nodes []string, entryFailed, barrie
 				n.retrying = true
 				delay := r.c.backoff(tr.Attempt)
 				req := retryReq{node: n.id, step: s.Index, attempt: tr.Attempt + 1}
+				r.c.metrics.retries.WithLabelValues(s.Task.Backend, s.Task.Action).Inc()
 				r.log.Info("retrying step", "step", s.Index, "node", n.id, "attempt", req.attempt, "in", delay, "err", tr.Error)
 				time.AfterFunc(delay, func() {
 					select {
@@ -211,6 +219,10 @@ func (r *run) failUnreachable(steps []api.FlatStep, nr map[string]*nodeRun, comp
 
 func (r *run) failNode(step int, n *nodeRun, msg string) {
 	r.log.Warn("step failed on node", "step", step, "node", n.id, "err", msg)
+	if step < len(r.steps) {
+		t := r.steps[step].Task
+		r.c.metrics.taskResults.WithLabelValues(t.Backend, t.Action, "lost").Inc()
+	}
 	r.setNodeResult(step, n.id, func(res *api.NodeResult) {
 		res.Status = api.StepFailed
 		res.Error = msg

@@ -1,0 +1,194 @@
+package controller
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gridfleet/terraform-provider-grid/api"
+	"github.com/gridfleet/terraform-provider-grid/internal/telemetry"
+)
+
+// metrics are one controller's Prometheus metrics, on a registry of its own.
+type metrics struct {
+	reg *prometheus.Registry
+
+	jobsSubmitted     prometheus.Counter
+	jobsFinished      *prometheus.CounterVec
+	admissionRejected prometheus.Counter
+	jobDuration       *prometheus.HistogramVec
+	stepDuration      *prometheus.HistogramVec
+	firstResult       prometheus.Histogram
+	taskResults       *prometheus.CounterVec
+	retries           *prometheus.CounterVec
+	heartbeats        prometheus.Counter
+}
+
+func newMetrics(c *Controller) *metrics {
+	m := &metrics{
+		reg: telemetry.NewRegistry(),
+		jobsSubmitted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "grid_jobs_submitted_total",
+			Help: "Jobs accepted by POST /job on this controller.",
+		}),
+		jobsFinished: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "grid_jobs_finished_total",
+			Help: "Jobs this controller ran to the end, by final status.",
+		}, []string{"status"}),
+		admissionRejected: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "grid_admission_rejections_total",
+			Help: "Job submissions refused with 429 because max_pending jobs were waiting.",
+		}),
+		jobDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "grid_job_duration_seconds",
+			Help:    "Time from a job's start to its end, by final status.",
+			Buckets: telemetry.TaskBuckets,
+		}, []string{"status"}),
+		stepDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "grid_step_duration_seconds",
+			Help:    "Time from a step's first dispatch until every node is past it, by backend, action and outcome (failed when any node failed it).",
+			Buckets: telemetry.TaskBuckets,
+		}, []string{"backend", "action", "status"}),
+		firstResult: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "grid_dispatch_first_result_seconds",
+			Help:    "Time from publishing a command to the first result (usually 'running') from a node.",
+			Buckets: telemetry.LatencyBuckets,
+		}),
+		taskResults: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "grid_task_results_total",
+			Help: "Final task results received from agents (success, failed) or declared by the controller (lost: timeout or node offline), by backend and action.",
+		}, []string{"backend", "action", "status"}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "grid_task_retries_total",
+			Help: "Task attempts scheduled again after a failure, by backend and action.",
+		}, []string{"backend", "action"}),
+		heartbeats: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "grid_node_heartbeats_total",
+			Help: "Node registrations and heartbeats seen in the nodes bucket.",
+		}),
+	}
+	m.reg.MustRegister(m.jobsSubmitted, m.jobsFinished, m.admissionRejected, m.jobDuration,
+		m.stepDuration, m.firstResult, m.taskResults, m.retries, m.heartbeats,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "grid_jobs_running",
+			Help: "Jobs this controller is running.",
+		}, func() float64 {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			return float64(len(c.runs))
+		}),
+		&nodeCollector{c: c},
+		&natsCollector{c: c},
+	)
+	return m
+}
+
+func (m *metrics) handler() http.Handler { return telemetry.Handler(m.reg) }
+
+// Registry is the controller's private Prometheus registry, served at
+// GET /metrics.
+func (c *Controller) Registry() *prometheus.Registry { return c.metrics.reg }
+
+// NATSServer is the embedded NATS server.
+func (c *Controller) NATSServer() *server.Server { return c.ns }
+
+// nodeCollector reports the registry's nodes by state at scrape time.
+type nodeCollector struct{ c *Controller }
+
+var nodesDesc = prometheus.NewDesc("grid_nodes", "Known nodes by state (online: heartbeat within node_offline_after).", []string{"status"}, nil)
+
+func (n *nodeCollector) Describe(ch chan<- *prometheus.Desc) { ch <- nodesDesc }
+
+func (n *nodeCollector) Collect(ch chan<- prometheus.Metric) {
+	if n.c.reg == nil {
+		return
+	}
+	counts := n.c.reg.counts()
+	ch <- prometheus.MustNewConstMetric(nodesDesc, prometheus.GaugeValue, float64(counts.Online), api.NodeOnline)
+	ch <- prometheus.MustNewConstMetric(nodesDesc, prometheus.GaugeValue, float64(counts.Offline), api.NodeOffline)
+}
+
+// natsCollector reads the embedded server's state at scrape time, without a
+// network round trip: connections, each stream's size, the scheduler
+// consumer's backlog and the number of jobs waiting to be claimed.
+type natsCollector struct{ c *Controller }
+
+var (
+	natsUpDesc = prometheus.NewDesc("grid_nats_up",
+		"1 when the embedded NATS server runs with JetStream and this controller is connected to it.", nil, nil)
+	natsConnsDesc = prometheus.NewDesc("grid_nats_connections",
+		"Client connections to the embedded NATS server.", nil, nil)
+	streamMsgsDesc = prometheus.NewDesc("grid_jetstream_stream_messages",
+		"Messages stored in a JetStream stream (KV buckets are streams named KV_<bucket>).", []string{"stream"}, nil)
+	streamBytesDesc = prometheus.NewDesc("grid_jetstream_stream_bytes",
+		"Bytes stored in a JetStream stream.", []string{"stream"}, nil)
+	consumerPendingDesc = prometheus.NewDesc("grid_jetstream_consumer_pending_messages",
+		"Messages the scheduler consumer has not been delivered yet.", []string{"stream", "consumer"}, nil)
+	consumerAckPendingDesc = prometheus.NewDesc("grid_jetstream_consumer_ack_pending_messages",
+		"Messages delivered to the scheduler consumer and not acknowledged yet.", []string{"stream", "consumer"}, nil)
+	jobsPendingDesc = prometheus.NewDesc("grid_jobs_pending",
+		"Submitted jobs no controller has claimed yet (messages in the requests stream).", nil, nil)
+)
+
+func (n *natsCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{natsUpDesc, natsConnsDesc, streamMsgsDesc, streamBytesDesc,
+		consumerPendingDesc, consumerAckPendingDesc, jobsPendingDesc} {
+		ch <- d
+	}
+}
+
+func (n *natsCollector) Collect(ch chan<- prometheus.Metric) {
+	ns, nc := n.c.ns, n.c.nc
+	if ns == nil {
+		return
+	}
+	up := ns.Running() && ns.JetStreamEnabled() && nc != nil && nc.IsConnected()
+	ch <- prometheus.MustNewConstMetric(natsUpDesc, prometheus.GaugeValue, boolFloat(up))
+	ch <- prometheus.MustNewConstMetric(natsConnsDesc, prometheus.GaugeValue, float64(ns.NumClients()))
+	if !ns.Running() || !ns.JetStreamEnabled() {
+		return
+	}
+	info, err := ns.Jsz(&server.JSzOptions{Accounts: true, Streams: true, Consumer: true})
+	if err != nil {
+		return
+	}
+	for _, acc := range info.AccountDetails {
+		for _, s := range acc.Streams {
+			ch <- prometheus.MustNewConstMetric(streamMsgsDesc, prometheus.GaugeValue, float64(s.State.Msgs), s.Name)
+			ch <- prometheus.MustNewConstMetric(streamBytesDesc, prometheus.GaugeValue, float64(s.State.Bytes), s.Name)
+			if s.Name == api.StreamRequests {
+				ch <- prometheus.MustNewConstMetric(jobsPendingDesc, prometheus.GaugeValue, float64(s.State.Msgs))
+			}
+			for _, ci := range s.Consumer {
+				// Only the scheduler's durable consumer: the others are
+				// short-lived KV watchers and ordered consumers.
+				if ci == nil || s.Name != api.StreamRequests || ci.Name != schedulerConsumer {
+					continue
+				}
+				ch <- prometheus.MustNewConstMetric(consumerPendingDesc, prometheus.GaugeValue, float64(ci.NumPending), s.Name, ci.Name)
+				ch <- prometheus.MustNewConstMetric(consumerAckPendingDesc, prometheus.GaugeValue, float64(ci.NumAckPending), s.Name, ci.Name)
+			}
+		}
+	}
+}
+
+func boolFloat(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// observeJob records a finished job.
+func (m *metrics) observeJob(j *api.Job, status api.JobStatus) {
+	m.jobsFinished.WithLabelValues(string(status)).Inc()
+	if j.StartedAt != nil {
+		end := time.Now()
+		if j.FinishedAt != nil {
+			end = *j.FinishedAt
+		}
+		m.jobDuration.WithLabelValues(string(status)).Observe(end.Sub(*j.StartedAt).Seconds())
+	}
+}
