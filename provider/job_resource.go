@@ -659,9 +659,9 @@ func (r *jobResource) Create(ctx context.Context, req resource.CreateRequest, re
 		return
 	}
 	resp.Diagnostics.Append(setJob(&plan, job)...)
-	if !wait && len(job.Expected) == 0 && !planned.IsUnknown() {
-		// The controller resolves the target when it starts the job; until
-		// a refresh, the planned nodes stand.
+	if !wait && !planned.IsUnknown() {
+		// The controller resolves the target when it starts the job, after
+		// this returns; until a refresh, the planned nodes stand.
 		plan.Nodes = planned
 	}
 	if wait && !resp.Diagnostics.HasError() {

@@ -378,3 +378,73 @@ func TestAccJobResource_allowEmpty(t *testing.T) {
 		},
 	})
 }
+
+func TestAccJobResource_timeoutCancels(t *testing.T) {
+	f := testAccFleet(t, 1)
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		Steps: []resource.TestStep{
+			{
+				Config: jobConfig(f.APIURL(), `
+  target = { scope = "all" }
+  tasks  = [{ backend = "ping", action = "sleep", params = { duration = "1m" } }]
+  timeouts {
+    create = "2s"
+  }
+`),
+				ExpectError: regexp.MustCompile(`(?s)Job Timed Out.*did not finish within 2s, so it was\s+cancelled`),
+			},
+		},
+	})
+	jobs, err := f.Client().ListJobs(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(jobs) != 1 || jobs[0].Status != api.JobCancelled {
+		t.Fatalf("want one cancelled job, got %d: %+v", len(jobs), jobs)
+	}
+}
+
+func TestAccJobResource_noWait(t *testing.T) {
+	f := testAccFleet(t, 2)
+	const res = "grid_job.test"
+	config := jobConfig(f.APIURL(), `
+  target = { scope = "group", value = "db" }
+  wait   = false
+  tasks  = [{ backend = "ping", action = "sleep", params = { duration = "1s" } }]
+`)
+	var id string
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		Steps: []resource.TestStep{
+			{
+				Config: config,
+				Check: func(s *terraform.State) error {
+					id = s.RootModule().Resources[res].Primary.ID
+					return nil
+				},
+				ConfigStateChecks: []statecheck.StateCheck{
+					statecheck.ExpectKnownValue(res, tfjsonpath.New("status"), knownvalue.StringRegexp(regexp.MustCompile(`^(pending|running)$`))),
+					statecheck.ExpectKnownValue(res, tfjsonpath.New("nodes"), ids("node-2")),
+				},
+			},
+			{
+				// A refresh after the job finished fills in status and results.
+				PreConfig: func() {
+					if _, err := f.Client().WaitJob(context.Background(), id); err != nil {
+						t.Fatal(err)
+					}
+				},
+				Config: config,
+				ConfigPlanChecks: resource.ConfigPlanChecks{
+					PreApply: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()},
+				},
+				ConfigStateChecks: []statecheck.StateCheck{
+					statecheck.ExpectKnownValue(res, tfjsonpath.New("status"), knownvalue.StringExact("completed")),
+					statecheck.ExpectKnownValue(res, tfjsonpath.New("results").AtSliceIndex(0).AtMapKey("nodes").AtMapKey("node-2").AtMapKey("status"),
+						knownvalue.StringExact("success")),
+				},
+			},
+		},
+	})
+}
