@@ -12,6 +12,7 @@ addr="http://127.0.0.1:$port"
 
 [[ -x $bin ]] || { echo "demo: $bin is missing; run make build" >&2; exit 1; }
 command -v terraform >/dev/null || { echo "demo: terraform is not on PATH" >&2; exit 1; }
+command -v curl >/dev/null || { echo "demo: curl is not on PATH" >&2; exit 1; }
 
 work=$(mktemp -d)
 dev_pid=""
@@ -38,7 +39,7 @@ cleanup() {
 	exit "$rc"
 }
 trap cleanup EXIT
-trap 'exit 130' INT TERM
+trap 'exit 130' INT TERM HUP PIPE
 
 # Terraform finds the provider as bin/terraform-provider-grid: the same binary.
 ln -sf grid "$root/bin/terraform-provider-grid"
@@ -52,6 +53,10 @@ provider_installation {
 TFRC
 cp "$root"/examples/quickstart/*.tf "$work/"
 
+if curl -fsS -o /dev/null "$addr/readyz" 2>/dev/null; then
+	echo "demo: something already answers on $addr; stop it or set DEMO_PORT" >&2
+	exit 1
+fi
 echo "==> grid dev --agents 3 --api-addr 127.0.0.1:$port"
 "$bin" dev --agents 3 --api-addr "127.0.0.1:$port" >"$work/dev.log" 2>&1 &
 dev_pid=$!
@@ -75,9 +80,11 @@ export TF_CLI_CONFIG_FILE="$work/dev.tfrc" GRID_ADDR="$addr" TF_IN_AUTOMATION=1
 # terraform init.
 echo "==> terraform apply"
 applied=1
-terraform -chdir="$work" apply -auto-approve -input=false -no-color 2>&1 |
-	sed '/Provider development overrides are in effect/,/releases\.$/d'
-[[ ${PIPESTATUS[0]} -eq 0 ]] || { echo "demo: terraform apply failed" >&2; exit 1; }
+if ! terraform -chdir="$work" apply -auto-approve -input=false -no-color 2>&1 |
+	sed '/Provider development overrides are in effect/,/releases\.$/d'; then
+	echo "demo: terraform apply failed" >&2
+	exit 1
+fi
 
 echo
 echo "==> node inventory (terraform output nodes)"
