@@ -427,12 +427,7 @@ func fieldPathUnder(root path.Path, field string) path.Path {
 // against the action schemas of the online agents, and the target against
 // the online nodes, whose ids it plans into nodes.
 func (r *jobResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
-	if req.Plan.Raw.IsNull() || !req.State.Raw.IsNull() {
-		// Destroy, or an in-place update/no-op: nothing is submitted. A
-		// replacement is planned again as a create with a null state.
-		return
-	}
-	if r.client == nil {
+	if req.Plan.Raw.IsNull() || r.client == nil {
 		return
 	}
 	var plan jobResourceModel
@@ -440,10 +435,23 @@ func (r *jobResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanReq
 	if resp.Diagnostics.HasError() {
 		return
 	}
+	// A create submits the job. An in-place update submits nothing, but
+	// may set new destroy_tasks, which are checked too. (A replacement is
+	// planned again as a create, with a null state.)
+	creating := req.State.Raw.IsNull()
+	lists := []string{"tasks", "destroy_tasks"}
+	if !creating {
+		var prior types.List
+		resp.Diagnostics.Append(req.State.GetAttribute(ctx, path.Root("destroy_tasks"), &prior)...)
+		if resp.Diagnostics.HasError() || plan.DestroyTasks.Equal(prior) {
+			return
+		}
+		lists = []string{"destroy_tasks"}
+	}
 
 	checkMode := plan.CheckMode.ValueBool()
 	var leaves []specLeaf
-	for _, name := range []string{"tasks", "destroy_tasks"} {
+	for _, name := range lists {
 		var l types.List
 		resp.Diagnostics.Append(req.Plan.GetAttribute(ctx, path.Root(name), &l)...)
 		tree, d := readTasks(ctx, l, path.Root(name), name, false)
@@ -470,6 +478,9 @@ func (r *jobResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanReq
 		}
 	}
 
+	if !creating {
+		return
+	}
 	target, known, d := readTarget(ctx, plan.Target)
 	resp.Diagnostics.Append(d...)
 	if !known || plan.AllowEmpty.IsUnknown() {

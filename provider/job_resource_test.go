@@ -217,6 +217,16 @@ func TestAccJobResource(t *testing.T) {
 					PreApply: []plancheck.PlanCheck{plancheck.ExpectResourceAction(res, plancheck.ResourceActionUpdate)},
 				},
 			},
+			{
+				// destroy_tasks added in place are checked at plan time too.
+				Config: jobConfig(addr, `
+  target        = { scope = "all" }
+  tasks         = [{ backend = "ping", action = "echo", params = { message = "all" } }]
+  wait          = false
+  destroy_tasks = [{ backend = "ping", action = "explode" }]
+`),
+				ExpectError: regexp.MustCompile(`(?s)Invalid Task.*destroy_tasks\[0\]\.action: unknown action "explode"`),
+			},
 		},
 	})
 }
