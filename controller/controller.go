@@ -179,6 +179,7 @@ func (c *Controller) Start(ctx context.Context) error {
 		c.schedule(runCtx)
 	}()
 	go c.heartbeat(runCtx)
+	go c.recoverLoop(runCtx)
 	c.mu.Lock()
 	c.ready = true
 	c.mu.Unlock()
@@ -212,7 +213,11 @@ func (c *Controller) shutdown(stopRuns context.CancelFunc, schedDone chan struct
 	}
 	stopRuns()
 	<-schedDone
-	c.putInfo(sctx, "offline")
+	// Without a server (it went away under us) the write would only wait
+	// out its timeout.
+	if c.nc.IsConnected() {
+		c.putInfo(sctx, "offline")
+	}
 	_ = c.nc.Drain()
 	stopNATS()
 	c.ns.WaitForShutdown()

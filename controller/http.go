@@ -329,11 +329,25 @@ func (c *Controller) handleReadyz(w http.ResponseWriter, r *http.Request) {
 		fail("controller", "starting or stopping")
 	}
 	if !c.nc.IsConnected() {
+		// JetStream calls would only wait out their timeout.
 		fail("nats", "not connected")
 	} else {
 		checks["nats"] = "connected"
+		c.readyzJetStream(r.Context(), fail, checks)
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	status := "ready"
+	code := http.StatusOK
+	if !ok {
+		status, code = "not ready", http.StatusServiceUnavailable
+	}
+	checks["status"] = status
+	writeJSON(w, code, checks)
+}
+
+// readyzJetStream checks that JetStream answers and every stream and bucket
+// is present.
+func (c *Controller) readyzJetStream(ctx context.Context, fail func(k, v string), checks map[string]string) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	if _, err := c.js.AccountInfo(ctx); err != nil {
 		fail("jetstream", err.Error())
@@ -350,11 +364,4 @@ func (c *Controller) handleReadyz(w http.ResponseWriter, r *http.Request) {
 			fail("bucket "+b, err.Error())
 		}
 	}
-	status := "ready"
-	code := http.StatusOK
-	if !ok {
-		status, code = "not ready", http.StatusServiceUnavailable
-	}
-	checks["status"] = status
-	writeJSON(w, code, checks)
 }
