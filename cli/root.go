@@ -34,9 +34,6 @@ const (
 type exitError struct {
 	code int
 	err  error
-	// quiet means the message has been printed already (e.g. a failed job
-	// whose table says why).
-	quiet bool
 }
 
 func (e *exitError) Error() string {
@@ -172,7 +169,7 @@ func run(ctx context.Context, version string, args []string, stdout, stderr io.W
 	}
 	var ee *exitError
 	if errors.As(err, &ee) {
-		if !ee.quiet && ee.err != nil {
+		if ee.err != nil {
 			printError(stderr, ee.err)
 		}
 		return ee.code
