@@ -342,14 +342,17 @@ func validateTaskShapes(ctx context.Context, l types.List, root path.Path, diags
 			continue
 		}
 		if !tm.Tasks.IsNull() {
-			for name, set := range map[string]bool{
-				"backend": !tm.Backend.IsNull(), "action": !tm.Action.IsNull(), "params": !tm.Params.IsNull(),
-				"timeout": !tm.Timeout.IsNull(), "max_retries": !tm.MaxRetries.IsNull(),
+			for _, a := range []struct {
+				name string
+				set  bool
+			}{
+				{"backend", !tm.Backend.IsNull()}, {"action", !tm.Action.IsNull()}, {"params", !tm.Params.IsNull()},
+				{"timeout", !tm.Timeout.IsNull()}, {"max_retries", !tm.MaxRetries.IsNull()},
 			} {
-				if set {
-					diags.AddAttributeError(p.AtName(name), "Invalid Task",
-						fmt.Sprintf("A task sets either backend/action (a step) or tasks (a per-node pipeline), not both. "+
-							"Move %q into the tasks of the pipeline, or remove the nested tasks.", name))
+				if a.set {
+					diags.AddAttributeError(p.AtName(a.name), "Invalid Task",
+						fmt.Sprintf("%s: a task sets either backend/action (a step) or tasks (a per-node pipeline), not both. "+
+							"Move %q into the tasks of the pipeline, or remove the nested tasks.", p, a.name))
 				}
 			}
 			sub := tm.Tasks.Elements()
@@ -374,12 +377,12 @@ func validateTaskShapes(ctx context.Context, l types.List, root path.Path, diags
 func requireLeaf(tm taskModel, p path.Path, diags *diag.Diagnostics) {
 	if tm.Backend.IsNull() {
 		diags.AddAttributeError(p.AtName("backend"), "Missing Task Backend",
-			"Each task needs a backend and an action (or, at the top level, nested tasks for a per-node pipeline). "+
-				"The grid_backends data source lists what the fleet offers.")
+			p.String()+": each task needs a backend and an action (or, at the top level, nested tasks for a "+
+				"per-node pipeline). The grid_backends data source lists what the fleet offers.")
 	}
 	if tm.Action.IsNull() {
 		diags.AddAttributeError(p.AtName("action"), "Missing Task Action",
-			"Each task needs an action of its backend, e.g. backend = \"ping\", action = \"echo\".")
+			p.String()+": each task needs an action of its backend, e.g. backend = \"ping\", action = \"echo\".")
 	}
 }
 

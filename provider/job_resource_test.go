@@ -294,7 +294,14 @@ func TestAccJobResource_planValidation(t *testing.T) {
   target = { scope = "all" }
   tasks  = [{ backend = "ping", action = "echo", tasks = [{ backend = "ping", action = "echo" }] }]
 `),
-				ExpectError: regexp.MustCompile(`(?s)Invalid Task.*not both`),
+				ExpectError: regexp.MustCompile(`(?s)Invalid Task.*tasks\[0\]: a task sets either.*not\s+both`),
+			},
+			{
+				Config: jobConfig(addr, `
+  target = { scope = "all" }
+  tasks  = [{ tasks = [{ backend = "ping" }] }]
+`),
+				ExpectError: regexp.MustCompile(`(?s)Missing Task Action.*tasks\[0\]\.tasks\[0\]: each task needs an action`),
 			},
 			{
 				Config: jobConfig(addr, `
