@@ -148,6 +148,7 @@ Started by Terraform, the same binary serves the Terraform provider.`,
 		newControllerCommand(g),
 		newAgentCommand(g),
 		newDevCommand(g),
+		newBenchCommand(g),
 		newProviderCommand(g),
 	)
 	return root

@@ -1,0 +1,241 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gridfleet/terraform-provider-grid/internal/bench"
+)
+
+// benchFlags are the flags every bench subcommand shares.
+type benchFlags struct {
+	agents    int
+	nats      string
+	heartbeat time.Duration
+	parallel  int
+	logs      logOptions
+}
+
+func newBenchCommand(g *globals) *cobra.Command {
+	bf := &benchFlags{}
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure a controller with many simulated agents in this process",
+		Long: `Start N simulated agents in this process — the real agent code, each with
+its own node id, NATS connection, registration and heartbeat — and measure
+a controller with them.
+
+By default the controller is embedded in this process (temporary data dir,
+removed at exit). With --addr and --nats the agents join an existing
+deployment instead: --addr is its API, --nats the NATS URL agents connect
+to. The agents are in a group of their own (bench-<run id>), so benchmark
+jobs reach only them.
+
+Progress goes to stderr; the result is a table, or JSON with -o json.`,
+		Example: `  grid bench fanout --agents 1000 --rounds 20
+  grid bench throughput --agents 100 --jobs 5000 -o json
+  grid bench register --agents 10000 --addr 127.0.0.1:8765 --nats nats://127.0.0.1:4222`,
+		Args: exactArgs(),
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+	}
+	pf := cmd.PersistentFlags()
+	pf.IntVar(&bf.agents, "agents", 100, "number of simulated agents")
+	pf.StringVar(&bf.nats, "nats", "", "NATS URL of an existing deployment (with --addr); empty embeds a controller")
+	pf.DurationVar(&bf.heartbeat, "heartbeat", 10*time.Second, "the simulated agents' heartbeat interval")
+	pf.IntVar(&bf.parallel, "start-parallel", 64, "agents registering at once")
+	bf.logs.register(pf, "error")
+	cmd.AddCommand(newBenchFanoutCommand(g, bf), newBenchThroughputCommand(g, bf), newBenchRegisterCommand(g, bf))
+	return cmd
+}
+
+// benchSetup checks the shared flags, raises the open-files limit and starts
+// the environment. The returned context ends on Ctrl-C.
+func benchSetup(cmd *cobra.Command, g *globals, bf *benchFlags) (context.Context, *bench.Env, func(), error) {
+	if err := g.validate(); err != nil {
+		return nil, nil, nil, err
+	}
+	if bf.agents < 1 {
+		return nil, nil, nil, usageErrorf("--agents must be at least 1, got %d", bf.agents)
+	}
+	if bf.heartbeat <= 0 {
+		return nil, nil, nil, usageErrorf("--heartbeat must be positive")
+	}
+	external := cmd.Flags().Changed("addr")
+	if external != (bf.nats != "") {
+		return nil, nil, nil, usageErrorf("an existing deployment needs both --addr (API) and --nats (NATS URL)")
+	}
+	logger, err := bf.logs.logger(g.stderr)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	// Each in-process agent holds a socket, and an embedded server holds
+	// the other end; the floor's subscribers hold as many again.
+	want := uint64(bf.agents)*3 + 1024
+	if got, err := bench.RaiseFDLimit(want); err != nil || got < want {
+		_, _ = fmt.Fprintf(g.stderr, "warning: open-files limit is %d, %d agents may need %d (%v)\n", got, bf.agents, want, err)
+	}
+	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+	opts := bench.Options{Heartbeat: bf.heartbeat, StartParallel: bf.parallel, Progress: g.stderr, Logger: logger, Token: g.token}
+	if external {
+		opts.APIAddr, opts.NATSURL = g.addr, bf.nats
+	}
+	where := "an embedded controller"
+	if external {
+		where = g.addr
+	}
+	_, _ = fmt.Fprintf(g.stderr, "bench: %d agents against %s\n", bf.agents, where)
+	env, err := bench.Setup(ctx, opts)
+	if err != nil {
+		stop()
+		return nil, nil, nil, err
+	}
+	return ctx, env, func() {
+		_, _ = fmt.Fprintln(g.stderr, "bench: stopping agents")
+		env.Close()
+		stop()
+	}, nil
+}
+
+func printBench[T interface{ Table(w io.Writer) }](g *globals, r T) error {
+	if g.json() {
+		enc := json.NewEncoder(g.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(r)
+	}
+	r.Table(g.stdout)
+	return nil
+}
+
+func newBenchFanoutCommand(g *globals, bf *benchFlags) *cobra.Command {
+	var rounds int
+	cmd := &cobra.Command{
+		Use:   "fanout",
+		Short: "Time a one-step ping echo job to every agent, against the raw NATS fan-out floor",
+		Long: `Submit a one-step "ping echo" job to all agents through the HTTP API, rounds
+times one after the other, and time each from submit to the long poll
+(GET /job/{id}?wait=…) answering completed. Each job's stored results must
+hold one successful echo from every agent, or the command fails.
+
+The floor is measured on the same NATS server first: as many plain
+subscribers as agents, one connection each, reply to one core message; a
+round is publish to last reply. ratio_p50 is p50 over the floor's p50.
+One warm-up round of each is not counted.`,
+		Args: exactArgs(),
+		RunE: runE(func(cmd *cobra.Command, _ []string) error {
+			if rounds < 1 {
+				return usageErrorf("--rounds must be at least 1, got %d", rounds)
+			}
+			ctx, env, done, err := benchSetup(cmd, g, bf)
+			if err != nil {
+				return err
+			}
+			defer done()
+			_, _ = fmt.Fprintf(g.stderr, "bench: floor: %d NATS subscribers\n", bf.agents)
+			floor, err := env.Floor(ctx, bf.agents, max(rounds, 10))
+			if err != nil {
+				return err
+			}
+			_, _ = fmt.Fprintf(g.stderr, "bench: starting %d agents\n", bf.agents)
+			if _, err := env.StartAgents(ctx, bf.agents); err != nil {
+				return err
+			}
+			_, _ = fmt.Fprintf(g.stderr, "bench: %d rounds\n", rounds)
+			lat, verified, err := env.Fanout(ctx, rounds)
+			if err != nil {
+				return err
+			}
+			return printBench(g, bench.NewFanoutReport(bf.agents, lat, floor, verified))
+		}),
+	}
+	cmd.Flags().IntVar(&rounds, "rounds", 10, "jobs to time")
+	return cmd
+}
+
+func newBenchThroughputCommand(g *globals, bf *benchFlags) *cobra.Command {
+	var jobs, inFlight int
+	cmd := &cobra.Command{
+		Use:   "throughput",
+		Short: "Submit many single-node jobs concurrently and report jobs/s",
+		Long: `Submit --jobs one-step "ping echo" jobs, each to one agent (round robin), with
+at most --in-flight submitted and not yet completed at once; each is waited
+for with the long poll. Reports jobs/s over the whole run and the
+submit-to-completed latency. Every job is checked in the jobs bucket
+afterwards.`,
+		Args: exactArgs(),
+		RunE: runE(func(cmd *cobra.Command, _ []string) error {
+			if jobs < 1 || inFlight < 1 {
+				return usageErrorf("--jobs and --in-flight must be at least 1")
+			}
+			ctx, env, done, err := benchSetup(cmd, g, bf)
+			if err != nil {
+				return err
+			}
+			defer done()
+			_, _ = fmt.Fprintf(g.stderr, "bench: starting %d agents\n", bf.agents)
+			if _, err := env.StartAgents(ctx, bf.agents); err != nil {
+				return err
+			}
+			_, _ = fmt.Fprintf(g.stderr, "bench: %d jobs, %d in flight\n", jobs, inFlight)
+			lat, elapsed, rejected, err := env.Throughput(ctx, jobs, inFlight)
+			if err != nil {
+				return err
+			}
+			return printBench(g, bench.NewThroughputReport(bf.agents, inFlight, elapsed, lat, rejected))
+		}),
+	}
+	cmd.Flags().IntVar(&jobs, "jobs", 2000, "jobs to submit")
+	cmd.Flags().IntVar(&inFlight, "in-flight", 64, "jobs submitted and not completed at most at once")
+	return cmd
+}
+
+func newBenchRegisterCommand(g *globals, bf *benchFlags) *cobra.Command {
+	var settle time.Duration
+	cmd := &cobra.Command{
+		Use:   "register",
+		Short: "Time until N agents are online and read the memory they and the controller use",
+		Long: `Start the agents and time from the first start until the controller counts
+all of them online; then let them heartbeat for --settle and read memory.
+
+Embedded, the figures are this process's RSS (/proc/self/status VmRSS) and
+Go heap in use: the controller, its NATS server and every simulated agent
+together. Against an existing deployment (--addr, --nats), the controller's
+own RSS and heap come from its /metrics, and this process's figures are the
+agents'.`,
+		Args: exactArgs(),
+		RunE: runE(func(cmd *cobra.Command, _ []string) error {
+			ctx, env, done, err := benchSetup(cmd, g, bf)
+			if err != nil {
+				return err
+			}
+			defer done()
+			_, _ = fmt.Fprintf(g.stderr, "bench: starting %d agents\n", bf.agents)
+			took, err := env.StartAgents(ctx, bf.agents)
+			if err != nil {
+				return err
+			}
+			s := settle
+			if !cmd.Flags().Changed("settle") {
+				s = bf.heartbeat
+			}
+			_, _ = fmt.Fprintf(g.stderr, "bench: %d agents online after %.2fs; heartbeating for %s\n", bf.agents, took.Seconds(), s)
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(s):
+			}
+			r := bench.RegisterReport{Agents: bf.agents, Seconds: float64(took.Milliseconds()) / 1000, SettledSeconds: s.Seconds()}
+			env.Memory(ctx, &r)
+			return printBench(g, r)
+		}),
+	}
+	cmd.Flags().DurationVar(&settle, "settle", 0, "how long agents heartbeat before memory is read (default: one heartbeat interval)")
+	return cmd
+}

@@ -1,0 +1,428 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gridfleet/terraform-provider-grid/agent"
+	"github.com/gridfleet/terraform-provider-grid/api"
+	"github.com/gridfleet/terraform-provider-grid/controller"
+	"github.com/gridfleet/terraform-provider-grid/internal/fleet"
+)
+
+// Options say what to measure against.
+type Options struct {
+	// APIAddr is an existing controller's API; empty starts an embedded
+	// controller in this process.
+	APIAddr string
+	// NATSURL is where the simulated agents connect when APIAddr is set.
+	NATSURL string
+	// Token is the API bearer token, if the controller wants one.
+	Token string
+	// Heartbeat is the simulated agents' heartbeat interval (0: the agent
+	// default).
+	Heartbeat time.Duration
+	// StartParallel bounds how many agents register at once (0: 64).
+	StartParallel int
+	// Progress receives progress lines; nil prints nothing.
+	Progress io.Writer
+	// Logger receives the components' logs; nil discards them.
+	Logger *slog.Logger
+}
+
+// Env is a controller to measure and the simulated agents started against
+// it.
+type Env struct {
+	opts     Options
+	runID    string
+	dir      string
+	fleet    *fleet.Fleet
+	stopCtl  context.CancelFunc
+	client   *api.Client
+	natsURL  string
+	apiURL   string
+	nc       *nats.Conn
+	jobsKV   jetstream.KeyValue
+	log      *slog.Logger
+	progress io.Writer
+
+	agentsCtx    context.Context
+	cancelAgents context.CancelFunc
+	mu           sync.Mutex
+	agents       []*agent.Agent
+	names        []string
+}
+
+// Setup starts an embedded controller (or checks the given one) and
+// connects to its NATS server. No agent runs yet; see StartAgents.
+func Setup(ctx context.Context, opts Options) (*Env, error) {
+	e := &Env{opts: opts, runID: randomID(), log: opts.Logger, progress: opts.Progress}
+	if e.log == nil {
+		e.log = slog.New(slog.DiscardHandler)
+	}
+	dir, err := os.MkdirTemp("", "grid-bench-")
+	if err != nil {
+		return nil, fmt.Errorf("bench data dir: %w", err)
+	}
+	e.dir = dir
+	if opts.APIAddr == "" {
+		fctx, stop := context.WithCancel(context.Background())
+		f, err := fleet.Start(fctx, fleet.Options{DataDir: filepath.Join(dir, "fleet"), APIAddr: "127.0.0.1:0", Logger: e.log,
+			Controller: func(c *controller.Config) {
+				c.MaxPending = 100_000
+			}})
+		if err != nil {
+			stop()
+			_ = os.RemoveAll(dir)
+			return nil, fmt.Errorf("start embedded controller: %w", err)
+		}
+		e.fleet, e.stopCtl = f, stop
+		e.apiURL, e.natsURL = f.APIURL(), f.NATSURL()
+	} else {
+		if opts.NATSURL == "" {
+			_ = os.RemoveAll(dir)
+			return nil, errors.New("an external controller needs its NATS URL too (--nats)")
+		}
+		e.apiURL, e.natsURL = api.NormalizeAddress(opts.APIAddr), opts.NATSURL
+	}
+	// Enough idle connections for every job in flight, so that concurrent
+	// submissions do not open and close a connection each.
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConns, tr.MaxIdleConnsPerHost = 1024, 1024
+	e.client, err = api.NewClient(api.ClientConfig{Address: e.apiURL, Token: opts.Token, Timeout: 60 * time.Second,
+		HTTPClient: &http.Client{Transport: tr}})
+	if err == nil {
+		_, err = e.client.Status(ctx)
+	}
+	if err == nil {
+		e.nc, err = nats.Connect(e.natsURL, nats.Name("grid-bench"), nats.MaxReconnects(-1))
+	}
+	if err == nil {
+		var js jetstream.JetStream
+		js, err = jetstream.New(e.nc)
+		if err == nil {
+			e.jobsKV, err = js.KeyValue(ctx, api.BucketJobs)
+		}
+	}
+	if err != nil {
+		e.Close()
+		return nil, err
+	}
+	e.agentsCtx, e.cancelAgents = context.WithCancel(context.Background())
+	return e, nil
+}
+
+// Embedded reports whether the controller runs in this process.
+func (e *Env) Embedded() bool { return e.fleet != nil }
+
+// Client is an API client for the controller.
+func (e *Env) Client() *api.Client { return e.client }
+
+// NATSURL is where the agents connect.
+func (e *Env) NATSURL() string { return e.natsURL }
+
+// Group is the group every simulated agent of this run is in, so jobs of
+// the benchmark reach only them even on a shared deployment.
+func (e *Env) Group() string { return "bench-" + e.runID }
+
+// Names are the node ids of the running simulated agents.
+func (e *Env) Names() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]string(nil), e.names...)
+}
+
+func (e *Env) printf(format string, args ...any) {
+	if e.progress != nil {
+		_, _ = fmt.Fprintf(e.progress, format+"\n", args...)
+	}
+}
+
+// Close stops the agents (they mark themselves offline) and the embedded
+// controller, and removes the temporary data.
+func (e *Env) Close() {
+	if e.cancelAgents != nil {
+		e.cancelAgents()
+		e.mu.Lock()
+		agents := e.agents
+		e.mu.Unlock()
+		deadline := time.After(60 * time.Second)
+	wait:
+		for _, a := range agents {
+			select {
+			case <-a.Done():
+			case <-deadline:
+				break wait
+			}
+		}
+	}
+	if e.nc != nil {
+		e.nc.Close()
+	}
+	if e.fleet != nil {
+		e.stopCtl()
+		select {
+		case <-e.fleet.Done():
+		case <-time.After(30 * time.Second):
+		}
+	}
+	_ = os.RemoveAll(e.dir)
+}
+
+// StartAgents starts n simulated agents — agent.New and Start, each with its
+// own NATS connection — and returns once the controller counts them all
+// online, with the time that took from the first start.
+func (e *Env) StartAgents(ctx context.Context, n int) (time.Duration, error) {
+	base, err := e.onlineCount(ctx)
+	if err != nil {
+		return 0, err
+	}
+	par := e.opts.StartParallel
+	if par <= 0 {
+		par = 64
+	}
+	e.mu.Lock()
+	first := len(e.names)
+	e.mu.Unlock()
+	start := time.Now()
+	var (
+		next    atomic.Int64
+		started atomic.Int64
+		wg      sync.WaitGroup
+		errMu   sync.Mutex
+		errs    []error
+	)
+	next.Store(int64(first))
+	stopProgress := e.every(time.Second, func() {
+		e.printf("  agents started %d/%d (%.1fs)", started.Load(), n, time.Since(start).Seconds())
+	})
+	for range min(par, n) {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= first+n || ctx.Err() != nil {
+					return
+				}
+				a, err := e.startAgent(i)
+				if err != nil {
+					errMu.Lock()
+					errs = append(errs, err)
+					errMu.Unlock()
+					return
+				}
+				started.Add(1)
+				e.mu.Lock()
+				e.agents = append(e.agents, a)
+				e.names = append(e.names, a.ID())
+				e.mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	stopProgress()
+	if len(errs) > 0 {
+		return 0, fmt.Errorf("starting agents: %w", errors.Join(errs...))
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	want := base + n
+	for {
+		got, err := e.onlineCount(ctx)
+		if err == nil && got >= want {
+			return time.Since(start), nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, fmt.Errorf("waiting for %d agents online (controller counts %d): %w", want, got, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func (e *Env) startAgent(i int) (*agent.Agent, error) {
+	name := fmt.Sprintf("bench-%s-%d", e.runID, i+1)
+	cfg := agent.DefaultConfig()
+	cfg.Name = name
+	cfg.Groups = []string{e.Group()}
+	cfg.NATSURLs = []string{e.natsURL}
+	cfg.DataDir = filepath.Join(e.dir, "agents", name)
+	cfg.Sandbox = filepath.Join(cfg.DataDir, "sandbox")
+	cfg.Logger = e.log
+	cfg.ShutdownGrace = agent.Duration(5 * time.Second)
+	if e.opts.Heartbeat > 0 {
+		cfg.HeartbeatInterval = agent.Duration(e.opts.Heartbeat)
+	}
+	a, err := agent.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	// The agent lives until agentsCtx ends (Close).
+	if err := a.Start(e.agentsCtx); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// onlineCount is how many nodes the controller counts online.
+func (e *Env) onlineCount(ctx context.Context) (int, error) {
+	s, err := e.client.Status(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return s.Nodes.Online, nil
+}
+
+// every runs fn each interval until the returned stop is called.
+func (e *Env) every(d time.Duration, fn func()) func() {
+	if e.progress == nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(d)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				fn()
+			}
+		}
+	}()
+	return func() { close(done) }
+}
+
+// Memory reads this process's RSS and Go heap in use, and the controller's
+// own figures from its /metrics when it runs elsewhere.
+func (e *Env) Memory(ctx context.Context, r *RegisterReport) {
+	r.Embedded = e.Embedded()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	r.HeapInuseMiB = mib(ms.HeapInuse)
+	if rss, err := ProcessRSS("self"); err == nil {
+		r.ProcessRSSMiB = mib(rss)
+	}
+	if !r.Embedded {
+		vals, err := scrapeMetrics(ctx, e.apiURL+"/metrics", e.opts.Token,
+			"process_resident_memory_bytes", "go_memstats_heap_inuse_bytes")
+		if err == nil {
+			r.ControllerRSSMiB = mib(uint64(vals["process_resident_memory_bytes"]))
+			r.ControllerHeapMiB = mib(uint64(vals["go_memstats_heap_inuse_bytes"]))
+		} else {
+			e.printf("  controller memory unavailable: %v", err)
+		}
+	}
+}
+
+// ProcessRSS reads VmRSS of a process ("self" or a pid) from /proc.
+func ProcessRSS(pid string) (uint64, error) {
+	f, err := os.Open("/proc/" + pid + "/status")
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = f.Close() }()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		if v, ok := strings.CutPrefix(s.Text(), "VmRSS:"); ok {
+			kb, err := strconv.ParseUint(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err != nil {
+				return 0, err
+			}
+			return kb << 10, nil
+		}
+	}
+	return 0, errors.New("no VmRSS in /proc/" + pid + "/status")
+}
+
+func scrapeMetrics(ctx context.Context, url, token string, names ...string) (map[string]float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	out := map[string]float64{}
+	s := bufio.NewScanner(resp.Body)
+	s.Buffer(make([]byte, 64<<10), 1<<20)
+	for s.Scan() {
+		name, val, ok := strings.Cut(s.Text(), " ")
+		if !ok {
+			continue
+		}
+		for _, n := range names {
+			if name == n {
+				if f, err := strconv.ParseFloat(strings.TrimSpace(val), 64); err == nil {
+					out[n] = f
+				}
+			}
+		}
+	}
+	for _, n := range names {
+		if _, ok := out[n]; !ok {
+			return nil, fmt.Errorf("%s has no %s", url, n)
+		}
+	}
+	return out, nil
+}
+
+// RaiseFDLimit lifts the soft open-files limit to at least want (two file
+// descriptors per in-process agent: its end and the embedded server's),
+// raising the hard limit too when the process may. It returns the limit in
+// effect.
+func RaiseFDLimit(want uint64) (uint64, error) {
+	var l syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
+		return 0, err
+	}
+	if l.Cur >= want {
+		return l.Cur, nil
+	}
+	if l.Max < want {
+		raised := syscall.Rlimit{Cur: want, Max: want}
+		if syscall.Setrlimit(syscall.RLIMIT_NOFILE, &raised) == nil {
+			return want, nil
+		}
+	}
+	l.Cur = min(want, l.Max)
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
+		return 0, err
+	}
+	return l.Cur, nil
+}
+
+func randomID() string {
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

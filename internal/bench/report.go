@@ -1,0 +1,158 @@
+// Package bench measures a GRID controller with many simulated agents in
+// one process: the real agent code, each agent with its own identity, NATS
+// connection and registration. `grid bench` drives it.
+package bench
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"text/tabwriter"
+	"time"
+)
+
+// Percentile returns the p-th percentile (0 < p ≤ 100) of ds by the
+// nearest-rank method: the smallest sample with at least p% of the samples
+// at or below it. It returns 0 for no samples and does not modify ds.
+func Percentile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	rank := int(math.Ceil(p / 100 * float64(len(s))))
+	rank = min(max(rank, 1), len(s))
+	return s[rank-1]
+}
+
+// ms turns a duration into milliseconds rounded to 0.01.
+func ms(d time.Duration) float64 {
+	return math.Round(float64(d)/float64(time.Millisecond)*100) / 100
+}
+
+// ratio is a/b rounded to 0.01; 0 when b is 0.
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return math.Round(a/b*100) / 100
+}
+
+// mib turns bytes into MiB rounded to 0.1.
+func mib(b uint64) float64 { return math.Round(float64(b)/(1<<20)*10) / 10 }
+
+// FanoutReport is the result of a fan-out benchmark: a one-step job to every
+// agent, submit to completed, against the raw NATS floor on the same server.
+type FanoutReport struct {
+	Agents int     `json:"agents"`
+	Rounds int     `json:"rounds"`
+	P50Ms  float64 `json:"p50_ms"`
+	P90Ms  float64 `json:"p90_ms"`
+	P99Ms  float64 `json:"p99_ms"`
+	MaxMs  float64 `json:"max_ms"`
+	// FloorP50Ms is the median time to send one core NATS message to
+	// Agents plain subscribers (one connection each) and collect their
+	// Agents replies.
+	FloorP50Ms float64 `json:"floor_p50_ms"`
+	FloorP90Ms float64 `json:"floor_p90_ms"`
+	// RatioP50 is P50Ms / FloorP50Ms.
+	RatioP50 float64 `json:"ratio_p50"`
+	// Verified counts the jobs whose stored results held one successful
+	// result from every agent.
+	Verified int `json:"verified"`
+}
+
+// NewFanoutReport computes the percentiles of the samples.
+func NewFanoutReport(agents int, jobs, floor []time.Duration, verified int) FanoutReport {
+	r := FanoutReport{Agents: agents, Rounds: len(jobs), Verified: verified,
+		P50Ms: ms(Percentile(jobs, 50)), P90Ms: ms(Percentile(jobs, 90)), P99Ms: ms(Percentile(jobs, 99)),
+		MaxMs: ms(Percentile(jobs, 100)), FloorP50Ms: ms(Percentile(floor, 50)), FloorP90Ms: ms(Percentile(floor, 90))}
+	r.RatioP50 = ratio(r.P50Ms, r.FloorP50Ms)
+	return r
+}
+
+// Table prints the report for a terminal.
+func (r FanoutReport) Table(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	_, _ = fmt.Fprintln(tw, "agents\trounds\tp50 ms\tp90 ms\tp99 ms\tmax ms\tfloor p50 ms\tfloor p90 ms\tratio p50\t")
+	_, _ = fmt.Fprintf(tw, "%d\t%d\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t\n", r.Agents, r.Rounds,
+		r.P50Ms, r.P90Ms, r.P99Ms, r.MaxMs, r.FloorP50Ms, r.FloorP90Ms, r.RatioP50)
+	_ = tw.Flush()
+}
+
+// ThroughputReport is the result of a throughput benchmark: many
+// single-node jobs submitted concurrently.
+type ThroughputReport struct {
+	Agents      int     `json:"agents"`
+	Jobs        int     `json:"jobs"`
+	Concurrency int     `json:"concurrency"`
+	Seconds     float64 `json:"seconds"`
+	JobsPerS    float64 `json:"jobs_per_s"`
+	P50Ms       float64 `json:"p50_ms"`
+	P90Ms       float64 `json:"p90_ms"`
+	P99Ms       float64 `json:"p99_ms"`
+	// Rejected counts submissions answered 429 (and retried).
+	Rejected int `json:"rejected"`
+}
+
+// NewThroughputReport computes rate and percentiles.
+func NewThroughputReport(agents, concurrency int, elapsed time.Duration, lat []time.Duration, rejected int) ThroughputReport {
+	r := ThroughputReport{Agents: agents, Jobs: len(lat), Concurrency: concurrency, Rejected: rejected,
+		Seconds: math.Round(elapsed.Seconds()*1000) / 1000,
+		P50Ms:   ms(Percentile(lat, 50)), P90Ms: ms(Percentile(lat, 90)), P99Ms: ms(Percentile(lat, 99))}
+	if elapsed > 0 {
+		r.JobsPerS = math.Round(float64(len(lat))/elapsed.Seconds()*10) / 10
+	}
+	return r
+}
+
+// Table prints the report for a terminal.
+func (r ThroughputReport) Table(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	_, _ = fmt.Fprintln(tw, "agents\tjobs\tin flight\tseconds\tjobs/s\tp50 ms\tp90 ms\tp99 ms\t429s\t")
+	_, _ = fmt.Fprintf(tw, "%d\t%d\t%d\t%.3f\t%.1f\t%.2f\t%.2f\t%.2f\t%d\t\n", r.Agents, r.Jobs, r.Concurrency,
+		r.Seconds, r.JobsPerS, r.P50Ms, r.P90Ms, r.P99Ms, r.Rejected)
+	_ = tw.Flush()
+}
+
+// RegisterReport is the result of a registration benchmark.
+type RegisterReport struct {
+	Agents int `json:"agents"`
+	// Seconds is from starting the first agent to the controller counting
+	// every one online.
+	Seconds float64 `json:"seconds"`
+	// Embedded says whether the controller ran in this process; then
+	// ProcessRSSMiB and HeapInuseMiB cover the controller, its NATS server
+	// and every simulated agent together.
+	Embedded      bool    `json:"embedded"`
+	ProcessRSSMiB float64 `json:"process_rss_mib"`
+	HeapInuseMiB  float64 `json:"heap_inuse_mib"`
+	// ControllerRSSMiB and ControllerHeapMiB are the controller process's
+	// own figures from its /metrics, when it runs elsewhere.
+	ControllerRSSMiB  float64 `json:"controller_rss_mib,omitempty"`
+	ControllerHeapMiB float64 `json:"controller_heap_inuse_mib,omitempty"`
+	// Settled is how long the agents had been heartbeating when memory was
+	// read.
+	SettledSeconds float64 `json:"settled_seconds"`
+}
+
+// Table prints the report for a terminal.
+func (r RegisterReport) Table(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	_, _ = fmt.Fprintln(tw, "agents\tonline after s\tcontroller\tprocess RSS MiB\theap in use MiB\tcontroller RSS MiB\tcontroller heap MiB\t")
+	where := "external"
+	if r.Embedded {
+		where = "embedded"
+	}
+	ctlRSS, ctlHeap := "-", "-"
+	if !r.Embedded {
+		ctlRSS, ctlHeap = fmt.Sprintf("%.1f", r.ControllerRSSMiB), fmt.Sprintf("%.1f", r.ControllerHeapMiB)
+	}
+	_, _ = fmt.Fprintf(tw, "%d\t%.2f\t%s\t%.1f\t%.1f\t%s\t%s\t\n", r.Agents, r.Seconds, where,
+		r.ProcessRSSMiB, r.HeapInuseMiB, ctlRSS, ctlHeap)
+	_ = tw.Flush()
+	if r.Embedded {
+		_, _ = fmt.Fprintln(w, "(embedded: the process RSS and heap include the controller, its NATS server and every simulated agent)")
+	}
+}
