@@ -27,6 +27,17 @@ type Config struct {
 	NATSAddr string `yaml:"nats_addr"`
 	// DataDir holds JetStream's file store and the controller id.
 	DataDir string `yaml:"data_dir"`
+	// NATSURLs, when set, connect to an existing NATS cluster instead of
+	// embedding a server.
+	NATSURLs []string `yaml:"nats_urls"`
+	// ClusterName, ClusterAddr and Routes join the embedded server to its
+	// peers' (one NATS cluster, JetStream replicated across it).
+	ClusterName string   `yaml:"cluster_name"`
+	ClusterAddr string   `yaml:"cluster_addr"`
+	Routes      []string `yaml:"routes"`
+	// Replicas for streams and buckets: 1 for one server, 3 for a cluster of
+	// three or more.
+	Replicas int `yaml:"replicas"`
 	// MaxConcurrent bounds the jobs this controller runs at once.
 	MaxConcurrent int `yaml:"max_concurrent"`
 	// MaxPending bounds jobs waiting to run; beyond it POST /job answers 429.
@@ -45,8 +56,12 @@ type Config struct {
 	RetryBackoffMax config.Duration `yaml:"retry_backoff_max"`
 	// FlushInterval bounds how often a running job is written to KV.
 	FlushInterval config.Duration `yaml:"flush_interval"`
-	// HeartbeatInterval is how often the controller refreshes its own entry.
+	// HeartbeatInterval is how often the controller refreshes its own entry
+	// and looks for orphaned jobs.
 	HeartbeatInterval config.Duration `yaml:"heartbeat_interval"`
+	// ControllerStaleAfter is how old a peer's heartbeat may get before its
+	// running jobs are taken over.
+	ControllerStaleAfter config.Duration `yaml:"controller_stale_after"`
 	// MaxBodyBytes caps request bodies; larger ones get 413.
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
 
@@ -60,19 +75,21 @@ type Config struct {
 // DefaultConfig returns a controller config for one machine.
 func DefaultConfig() Config {
 	return Config{
-		APIAddr:            "127.0.0.1:8765",
-		NATSAddr:           "127.0.0.1:4222",
-		DataDir:            "grid-data",
-		MaxConcurrent:      256,
-		MaxPending:         10000,
-		NodeOfflineAfter:   config.Duration(30 * time.Second),
-		DefaultTaskTimeout: config.Duration(time.Hour),
-		ResultGrace:        config.Duration(10 * time.Second),
-		RetryBackoff:       config.Duration(500 * time.Millisecond),
-		RetryBackoffMax:    config.Duration(30 * time.Second),
-		FlushInterval:      config.Duration(100 * time.Millisecond),
-		HeartbeatInterval:  config.Duration(5 * time.Second),
-		MaxBodyBytes:       api.MaxJobFileBytes,
+		APIAddr:              "127.0.0.1:8765",
+		NATSAddr:             "127.0.0.1:4222",
+		DataDir:              "grid-data",
+		Replicas:             1,
+		MaxConcurrent:        256,
+		MaxPending:           10000,
+		NodeOfflineAfter:     config.Duration(30 * time.Second),
+		DefaultTaskTimeout:   config.Duration(time.Hour),
+		ResultGrace:          config.Duration(10 * time.Second),
+		RetryBackoff:         config.Duration(500 * time.Millisecond),
+		RetryBackoffMax:      config.Duration(30 * time.Second),
+		FlushInterval:        config.Duration(100 * time.Millisecond),
+		HeartbeatInterval:    config.Duration(5 * time.Second),
+		ControllerStaleAfter: config.Duration(15 * time.Second),
+		MaxBodyBytes:         api.MaxJobFileBytes,
 	}
 }
 
@@ -96,6 +113,12 @@ func (c Config) Validate() error {
 	if c.DataDir == "" {
 		errs = append(errs, errors.New("data_dir is required"))
 	}
+	if c.Replicas < 1 || c.Replicas > 5 {
+		errs = append(errs, fmt.Errorf("replicas must be between 1 and 5, got %d", c.Replicas))
+	}
+	if c.ClusterName != "" && len(c.NATSURLs) > 0 {
+		errs = append(errs, errors.New("cluster_name joins the embedded server to a cluster; with nats_urls nothing is embedded, so set one or the other"))
+	}
 	if c.MaxConcurrent < 1 {
 		errs = append(errs, fmt.Errorf("max_concurrent must be at least 1, got %d", c.MaxConcurrent))
 	}
@@ -106,6 +129,7 @@ func (c Config) Validate() error {
 		"node_offline_after": c.NodeOfflineAfter, "default_task_timeout": c.DefaultTaskTimeout,
 		"result_grace": c.ResultGrace, "retry_backoff": c.RetryBackoff, "retry_backoff_max": c.RetryBackoffMax,
 		"flush_interval": c.FlushInterval, "heartbeat_interval": c.HeartbeatInterval,
+		"controller_stale_after": c.ControllerStaleAfter,
 	} {
 		if d <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive", name))

@@ -75,6 +75,11 @@ func (c *Controller) APIURL() string { return c.apiURL }
 // NATSURL is the client URL of the embedded NATS server.
 func (c *Controller) NATSURL() string { return c.natsURL }
 
+// Kill drops the controller's NATS connection at once, as a crash would:
+// nothing more is written, heartbeats stop, and peers take over its jobs.
+// The controller still stops properly when its context ends.
+func (c *Controller) Kill() { c.nc.Close() }
+
 // Done is closed once the controller has stopped after its context ended.
 func (c *Controller) Done() <-chan struct{} { return c.done }
 
@@ -90,34 +95,34 @@ func (c *Controller) Start(ctx context.Context) error {
 	c.log = c.log.With("controller", id)
 	c.started = time.Now().UTC()
 
-	host, portStr, _ := net.SplitHostPort(c.cfg.NATSAddr)
-	port, err := strconv.Atoi(portStr)
-	if err != nil {
-		return fmt.Errorf("nats_addr port %q: %w", portStr, err)
-	}
-	if port == 0 {
-		port = -1
-	}
 	// The server outlives ctx slightly: it stops after the API and the
 	// scheduler, in shutdown.
 	nsCtx, stopNATS := context.WithCancel(context.Background())
-	ns, err := bus.StartServer(nsCtx, bus.ServerConfig{Name: id, Host: host, Port: port, DataDir: c.cfg.DataDir + "/jetstream"})
-	if err != nil {
-		stopNATS()
-		return err
+	urls := c.cfg.NATSURLs
+	if len(urls) == 0 {
+		ns, err := c.startNATS(nsCtx, id)
+		if err != nil {
+			stopNATS()
+			return err
+		}
+		c.ns = ns
+		c.natsURL = ns.ClientURL()
+		urls = []string{c.natsURL}
+	} else {
+		c.natsURL = strings.Join(urls, ",")
 	}
-	c.ns = ns
-	c.natsURL = ns.ClientURL()
 
 	fail := func(err error) error {
 		if c.nc != nil {
 			c.nc.Close()
 		}
 		stopNATS()
-		ns.WaitForShutdown()
+		if c.ns != nil {
+			c.ns.WaitForShutdown()
+		}
 		return err
 	}
-	c.nc, err = bus.Connect("grid-controller-"+id, []string{c.natsURL}, c.log)
+	c.nc, err = bus.Connect("grid-controller-"+id, urls, c.log)
 	if err != nil {
 		return fail(err)
 	}
@@ -127,7 +132,9 @@ func (c *Controller) Start(ctx context.Context) error {
 	}
 	setupCtx, cancelSetup := context.WithTimeout(ctx, 30*time.Second)
 	defer cancelSetup()
-	if err := bus.EnsureTopology(setupCtx, c.js, bus.DefaultTopology()); err != nil {
+	topo := bus.DefaultTopology()
+	topo.Replicas = c.cfg.Replicas
+	if err := bus.EnsureTopology(setupCtx, c.js, topo); err != nil {
 		return fail(fmt.Errorf("set up streams and buckets: %w", err))
 	}
 	jobsKV, err := c.js.KeyValue(setupCtx, api.BucketJobs)
@@ -220,8 +227,36 @@ func (c *Controller) shutdown(stopRuns context.CancelFunc, schedDone chan struct
 	}
 	_ = c.nc.Drain()
 	stopNATS()
-	c.ns.WaitForShutdown()
+	if c.ns != nil {
+		c.ns.WaitForShutdown()
+	}
 	c.log.Info("controller stopped")
+}
+
+// startNATS starts the embedded server, clustered with its peers when the
+// config names a cluster.
+func (c *Controller) startNATS(ctx context.Context, id string) (*server.Server, error) {
+	host, portStr, _ := net.SplitHostPort(c.cfg.NATSAddr)
+	port, err := strconv.Atoi(portStr)
+	if err != nil {
+		return nil, fmt.Errorf("nats_addr port %q: %w", portStr, err)
+	}
+	if port == 0 {
+		port = -1
+	}
+	sc := bus.ServerConfig{Name: id, Host: host, Port: port, DataDir: c.cfg.DataDir + "/jetstream",
+		ClusterName: c.cfg.ClusterName, Routes: c.cfg.Routes}
+	if c.cfg.ClusterAddr != "" {
+		ch, cp, err := net.SplitHostPort(c.cfg.ClusterAddr)
+		if err != nil {
+			return nil, fmt.Errorf("cluster_addr %q: %w", c.cfg.ClusterAddr, err)
+		}
+		sc.ClusterHost = ch
+		if sc.ClusterPort, err = strconv.Atoi(cp); err != nil {
+			return nil, fmt.Errorf("cluster_addr port %q: %w", cp, err)
+		}
+	}
+	return bus.StartServer(ctx, sc)
 }
 
 // heartbeat keeps this controller's entry in the controllers bucket fresh.

@@ -134,6 +134,12 @@ func (r *run) flush() {
 			return
 		}
 		r.rev = srev
+		if stored.Owner != r.c.id {
+			// Presumed dead and taken over: stop without writing.
+			r.dirty = false
+			r.cancel(errLostOwnership)
+			return
+		}
 		if stored.Status == api.JobCancelled && !r.job.Status.Terminal() {
 			r.cancel(errCancelled)
 		}
@@ -176,6 +182,10 @@ func (r *run) execute() {
 		status, errMsg = api.JobCancelled, "cancelled by request"
 	case errors.Is(cause, errJobTimeout):
 		status, errMsg = api.JobFailed, fmt.Sprintf("job timeout after %s", job.Timeout)
+	case errors.Is(cause, errLostOwnership):
+		r.log.Warn("stopping run", "reason", cause)
+		r.c.jobFinished(r, "")
+		return
 	case errors.Is(cause, errShutdown):
 		// Leave the job running in KV: a restart of this controller (or a
 		// peer's recovery) resumes it.

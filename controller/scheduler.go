@@ -144,21 +144,15 @@ func (c *Controller) resumeOwned(ctx context.Context) {
 		if j.Status != api.JobRunning || j.Owner != c.id {
 			continue
 		}
-		stored, rev, err := c.jobs.get(ctx, j.ID)
-		if err != nil {
-			continue
-		}
-		if err := c.foldStoredResults(ctx, stored); err != nil {
-			c.log.Warn("read stored results", "job", j.ID, "err", err)
-		}
 		select {
 		case c.slots <- struct{}{}:
 		default:
 			c.log.Warn("no capacity to resume job", "job", j.ID)
 			continue
 		}
-		c.log.Info("resuming job", "job", j.ID)
-		c.startRun(stored, rev)
+		if !c.adopt(ctx, j.ID, c.id) {
+			<-c.slots
+		}
 	}
 }
 

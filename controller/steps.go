@@ -234,7 +234,7 @@ func (r *run) failNode(step int, n *nodeRun, msg string) {
 // abortNodes records why unfinished nodes stopped: cancelled, or failed by
 // the job timeout.
 func (r *run) abortNodes(steps []api.FlatStep, nr map[string]*nodeRun, cause error) {
-	if errors.Is(cause, errShutdown) {
+	if errors.Is(cause, errShutdown) || errors.Is(cause, errLostOwnership) {
 		return
 	}
 	status, msg := api.StepFailed, "job timeout"

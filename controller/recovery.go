@@ -1,0 +1,110 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gridfleet/terraform-provider-grid/api"
+)
+
+// errLostOwnership ends a run whose job another controller has taken over
+// (this controller was presumed dead); the new owner finishes it.
+var errLostOwnership = errors.New("job taken over by another controller")
+
+// recoverLoop takes over the running jobs of controllers that stopped
+// heartbeating or shut down, so a job outlives the controller that started
+// it. Controllers compete for each orphan by compare-and-swap on the job's
+// owner, so exactly one adopts it.
+func (c *Controller) recoverLoop(ctx context.Context) {
+	t := time.NewTicker(c.cfg.HeartbeatInterval.D())
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		c.recoverOrphans(ctx)
+	}
+}
+
+// deadControllers returns the ids of controllers that are offline or whose
+// heartbeat is older than ControllerStaleAfter.
+func (c *Controller) deadControllers(ctx context.Context) (map[string]bool, error) {
+	kv, err := c.js.KeyValue(ctx, api.BucketControllers)
+	if err != nil {
+		return nil, err
+	}
+	w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = w.Stop() }()
+	dead := map[string]bool{}
+	for e := range w.Updates() {
+		if e == nil {
+			break
+		}
+		var ci api.ControllerInfo
+		if json.Unmarshal(e.Value(), &ci) != nil || ci.ID == c.id {
+			continue
+		}
+		if ci.Status != "online" || time.Since(ci.LastSeen) > c.cfg.ControllerStaleAfter.D() {
+			dead[ci.ID] = true
+		}
+	}
+	return dead, nil
+}
+
+func (c *Controller) recoverOrphans(ctx context.Context) {
+	dead, err := c.deadControllers(ctx)
+	if err != nil || len(dead) == 0 {
+		return
+	}
+	jobs, err := c.jobs.list(ctx)
+	if err != nil {
+		return
+	}
+	for i := range jobs {
+		j := &jobs[i]
+		if j.Status != api.JobRunning || !dead[j.Owner] || c.localRun(j.ID) != nil {
+			continue
+		}
+		select {
+		case c.slots <- struct{}{}:
+		default:
+			return // busy; a peer or a later round takes the rest
+		}
+		if !c.adopt(ctx, j.ID, j.Owner) {
+			<-c.slots
+		}
+	}
+}
+
+// adopt claims a running job from a dead owner and resumes it. It returns
+// whether this controller now runs it.
+func (c *Controller) adopt(ctx context.Context, id, from string) bool {
+	adopted := false
+	job, rev, err := c.jobs.mutate(ctx, id, func(j *api.Job) bool {
+		if j.Status != api.JobRunning || j.Owner != from {
+			return false
+		}
+		j.Owner = c.id
+		j.UpdatedAt = time.Now().UTC()
+		adopted = true
+		return true
+	})
+	if err != nil || !adopted {
+		return false
+	}
+	if err := c.foldStoredResults(ctx, job); err != nil {
+		c.log.Warn("read stored results", "job", id, "err", err)
+	}
+	c.log.Info("took over job from a dead controller", "job", id, "from", from)
+	c.startRun(job, rev)
+	return true
+}
