@@ -549,7 +549,11 @@ func (a *Agent) skipBroadcast(cmd *api.Command) string {
 	return ""
 }
 
-func cancelledErr(job string) error { return fmt.Errorf("job %s cancelled", job) }
+// errJobCancelled marks a task stopped because its job was cancelled, so the
+// result can say so and the controller does not take it for a failure.
+var errJobCancelled = errors.New("cancelled")
+
+func cancelledErr(job string) error { return fmt.Errorf("job %s %w", job, errJobCancelled) }
 
 // onCancel interrupts every task of the job, queued or running, and
 // remembers the job so a command still in flight does not start it again.

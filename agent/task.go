@@ -205,6 +205,7 @@ func (a *Agent) finish(t *task, start time.Time, res *backends.Result, err error
 	if err != nil {
 		r.Status = api.StepFailed
 		r.Error = truncate(err.Error())
+		r.Cancelled = errors.Is(context.Cause(t.ctx), errJobCancelled)
 	}
 	if r.Facts != nil {
 		if _, ferr := json.Marshal(r.Facts); ferr != nil {

@@ -231,8 +231,10 @@ type TaskResult struct {
 	Changed   bool           `json:"changed,omitempty"`
 	Facts     map[string]any `json:"facts,omitempty"`
 	Progress  *int           `json:"progress,omitempty"`
-	Duration  Duration       `json:"duration"`
-	Timestamp time.Time      `json:"timestamp"`
+	// Cancelled says the task stopped because its job was cancelled.
+	Cancelled bool      `json:"cancelled,omitempty"`
+	Duration  Duration  `json:"duration"`
+	Timestamp time.Time `json:"timestamp"`
 }
 
 // Result statuses an agent reports besides the terminal StepSuccess and

@@ -140,6 +140,12 @@ func (r *run) runSteps(steps []api.FlatStep, nodes []string, entryFailed, barrie
 					}
 				})
 			case api.StepSuccess, api.StepFailed:
+				if tr.Cancelled {
+					// The agent heard the job's cancel before this
+					// controller did: a cancellation, not a failure.
+					r.cancel(errCancelled)
+					continue
+				}
 				final := tr.Status == api.StepSuccess || tr.Attempt > s.Task.MaxRetries
 				r.c.metrics.taskResults.WithLabelValues(s.Task.Backend, s.Task.Action, string(tr.Status)).Inc()
 				r.setNodeResult(s.Index, n.id, func(res *api.NodeResult) {
