@@ -12,12 +12,18 @@ import (
 	"github.com/gridfleet/terraform-provider-grid/internal/telemetry"
 )
 
+// controllerOptions are the flags of "grid controller".
+type controllerOptions struct {
+	configFile string
+	flags      controller.Config
+	logs       logOptions
+}
+
 func newControllerCommand(g *globals) *cobra.Command {
-	var (
-		configFile string
-		flags      controller.Config
-		logs       logOptions
-	)
+	return controllerCommand(g, &controllerOptions{})
+}
+
+func controllerCommand(g *globals, o *controllerOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "controller",
 		Short: "Run a controller: embedded NATS JetStream, scheduler and HTTP API",
@@ -25,26 +31,19 @@ func newControllerCommand(g *globals) *cobra.Command {
 file, then the flags given on the command line, each overriding the one
 before. The controller stops on SIGINT or SIGTERM.`,
 		Example: `  grid controller --data-dir /var/lib/grid
-  grid controller --config /etc/grid/controller.yaml --api-addr 0.0.0.0:8765`,
+  grid controller --config /etc/grid/controller.yaml --api-addr 0.0.0.0:8765
+  grid controller --name c1 --cluster-name grid --cluster-addr 0.0.0.0:6222 \
+      --routes nats://c2:6222,nats://c3:6222 --replicas 3`,
 		Args: exactArgs(),
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
-			logger, err := logs.logger(g.stderr)
+			logger, err := o.logs.logger(g.stderr)
 			if err != nil {
 				return err
 			}
-			cfg := controller.DefaultConfig()
-			if configFile != "" {
-				if err := controller.LoadConfig(configFile, &cfg); err != nil {
-					return usageErrorf("%w", err)
-				}
+			cfg, err := controllerConfig(cmd.Flags(), o.configFile, &o.flags)
+			if err != nil {
+				return err
 			}
-			fs := cmd.Flags()
-			setIfChanged(fs, "api-addr", &cfg.APIAddr, flags.APIAddr)
-			setIfChanged(fs, "nats-addr", &cfg.NATSAddr, flags.NATSAddr)
-			setIfChanged(fs, "data-dir", &cfg.DataDir, flags.DataDir)
-			setIfChanged(fs, "name", &cfg.Name, flags.Name)
-			setIfChanged(fs, "max-concurrent", &cfg.MaxConcurrent, flags.MaxConcurrent)
-			setIfChanged(fs, "max-pending", &cfg.MaxPending, flags.MaxPending)
 			cfg.Logger = logger
 			if err := cfg.Validate(); err != nil {
 				return usageErrorf("controller config: %w", err)
@@ -75,14 +74,19 @@ before. The controller stops on SIGINT or SIGTERM.`,
 	}
 	def := controller.DefaultConfig()
 	f := cmd.Flags()
-	f.StringVar(&configFile, "config", "", "YAML config file")
-	f.StringVar(&flags.APIAddr, "api-addr", def.APIAddr, "HTTP API listen address (host:port)")
-	f.StringVar(&flags.NATSAddr, "nats-addr", def.NATSAddr, "embedded NATS listen address (host:port)")
-	f.StringVar(&flags.DataDir, "data-dir", def.DataDir, "directory for JetStream data and the controller id")
-	f.StringVar(&flags.Name, "name", def.Name, "controller name (default: an id kept in the data dir)")
-	f.IntVar(&flags.MaxConcurrent, "max-concurrent", def.MaxConcurrent, "jobs this controller runs at once")
-	f.IntVar(&flags.MaxPending, "max-pending", def.MaxPending, "jobs waiting to run before submissions get 429")
-	logs.register(f, "info")
+	f.StringVar(&o.configFile, "config", "", "YAML config file")
+	f.StringVar(&o.flags.APIAddr, "api-addr", def.APIAddr, "HTTP API listen address (host:port)")
+	f.StringVar(&o.flags.NATSAddr, "nats-addr", def.NATSAddr, "embedded NATS listen address (host:port)")
+	f.StringVar(&o.flags.DataDir, "data-dir", def.DataDir, "directory for JetStream data and the controller id")
+	f.StringVar(&o.flags.Name, "name", def.Name, "controller name (default: an id kept in the data dir)")
+	f.IntVar(&o.flags.MaxConcurrent, "max-concurrent", def.MaxConcurrent, "jobs this controller runs at once")
+	f.IntVar(&o.flags.MaxPending, "max-pending", def.MaxPending, "jobs waiting to run before submissions get 429")
+	f.StringSliceVar(&o.flags.NATSURLs, "nats-url", def.NATSURLs, "connect to these NATS servers (comma-separated) instead of embedding one")
+	f.StringVar(&o.flags.ClusterName, "cluster-name", def.ClusterName, "join the embedded NATS server to this cluster (with --cluster-addr and --routes)")
+	f.StringVar(&o.flags.ClusterAddr, "cluster-addr", def.ClusterAddr, "embedded NATS cluster listen address for routes from peers (host:port)")
+	f.StringSliceVar(&o.flags.Routes, "routes", def.Routes, "peers' cluster addresses, comma-separated (nats://host:port,...)")
+	f.IntVar(&o.flags.Replicas, "replicas", def.Replicas, "replicas of every stream and bucket: 1, or 3 in a cluster of three or more")
+	o.logs.register(f, "info")
 	return cmd
 }
 
@@ -95,4 +99,27 @@ func setIfChanged[T any](fs flagChanged, name string, dst *T, v T) {
 	if fs.Changed(name) {
 		*dst = v
 	}
+}
+
+// controllerConfig layers the config: defaults, then the file, then the
+// flags that were given.
+func controllerConfig(fs flagChanged, configFile string, flags *controller.Config) (controller.Config, error) {
+	cfg := controller.DefaultConfig()
+	if configFile != "" {
+		if err := controller.LoadConfig(configFile, &cfg); err != nil {
+			return cfg, usageErrorf("%w", err)
+		}
+	}
+	setIfChanged(fs, "api-addr", &cfg.APIAddr, flags.APIAddr)
+	setIfChanged(fs, "nats-addr", &cfg.NATSAddr, flags.NATSAddr)
+	setIfChanged(fs, "data-dir", &cfg.DataDir, flags.DataDir)
+	setIfChanged(fs, "name", &cfg.Name, flags.Name)
+	setIfChanged(fs, "max-concurrent", &cfg.MaxConcurrent, flags.MaxConcurrent)
+	setIfChanged(fs, "max-pending", &cfg.MaxPending, flags.MaxPending)
+	setIfChanged(fs, "nats-url", &cfg.NATSURLs, flags.NATSURLs)
+	setIfChanged(fs, "cluster-name", &cfg.ClusterName, flags.ClusterName)
+	setIfChanged(fs, "cluster-addr", &cfg.ClusterAddr, flags.ClusterAddr)
+	setIfChanged(fs, "routes", &cfg.Routes, flags.Routes)
+	setIfChanged(fs, "replicas", &cfg.Replicas, flags.Replicas)
+	return cfg, nil
 }

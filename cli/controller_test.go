@@ -1,0 +1,51 @@
+package cli
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// TestControllerConfigLayers checks the order: defaults, then the file,
+// then only the flags that were given.
+func TestControllerConfigLayers(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "controller.yaml")
+	if err := os.WriteFile(file, []byte("api_addr: 127.0.0.1:9000\nmax_pending: 5\nreplicas: 3\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o := &controllerOptions{}
+	cmd := controllerCommand(&globals{}, o)
+	if err := cmd.Flags().Parse([]string{"--config", file, "--max-pending", "7", "--routes", "nats://a:6222,nats://b:6222"}); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := controllerConfig(cmd.Flags(), file, &o.flags)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.APIAddr != "127.0.0.1:9000" { // from the file; the flag's default must not win
+		t.Errorf("api addr %q", cfg.APIAddr)
+	}
+	if cfg.MaxPending != 7 { // the flag beats the file
+		t.Errorf("max pending %d", cfg.MaxPending)
+	}
+	if cfg.Replicas != 3 {
+		t.Errorf("replicas %d", cfg.Replicas)
+	}
+	if len(cfg.Routes) != 2 {
+		t.Errorf("routes %q", cfg.Routes)
+	}
+	if cfg.MaxConcurrent < 1 { // a default survives
+		t.Errorf("max concurrent %d", cfg.MaxConcurrent)
+	}
+
+	if _, err := controllerConfig(cmd.Flags(), filepath.Join(t.TempDir(), "missing.yaml"), &o.flags); exitCode(err) != ExitUsage {
+		t.Errorf("missing file: %v", err)
+	}
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(bad, []byte("api_adr: x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := controllerConfig(cmd.Flags(), bad, &o.flags); exitCode(err) != ExitUsage {
+		t.Errorf("misspelt key: %v", err)
+	}
+}
