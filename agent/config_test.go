@@ -162,3 +162,33 @@ func TestDefaultName(t *testing.T) {
 		}
 	}
 }
+
+// The backends section of the README's agent.yaml loads into the options
+// the built-in backends get.
+func TestLoadConfigBackendsSection(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "agent.yaml")
+	yaml := `name: web-01
+groups: [web.prod]
+backends:
+  file_allowed_prefixes: [/etc/myapp, /srv/www]
+  resolv_conf_path: /etc/resolv.conf
+  programs:
+    inventory: {path: /usr/local/libexec/inventory, mode: oneshot, timeout: 30s}
+sandbox: /var/lib/grid/sandbox
+`
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	if err := LoadConfig(path, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	o := cfg.builtinOptions()
+	if o.Sandbox != "/var/lib/grid/sandbox" || len(o.FileAllowedPrefixes) != 2 || o.ResolvConfPath != "/etc/resolv.conf" {
+		t.Fatalf("options %+v", o)
+	}
+	p := o.Programs["inventory"]
+	if p.Path != "/usr/local/libexec/inventory" || p.Mode != "oneshot" || p.Timeout != 30*time.Second {
+		t.Fatalf("program %+v", p)
+	}
+}
