@@ -130,11 +130,11 @@ func (c *Controller) Start(ctx context.Context) error {
 	if err != nil {
 		return fail(fmt.Errorf("jetstream: %w", err))
 	}
-	setupCtx, cancelSetup := context.WithTimeout(ctx, 30*time.Second)
+	setupCtx, cancelSetup := context.WithTimeout(ctx, bus.ClusterFormTimeout+30*time.Second)
 	defer cancelSetup()
 	topo := bus.DefaultTopology()
 	topo.Replicas = c.cfg.Replicas
-	if err := bus.EnsureTopology(setupCtx, c.js, topo); err != nil {
+	if err := bus.EnsureTopologyRetry(setupCtx, c.js, topo, bus.ClusterFormTimeout, c.log); err != nil {
 		return fail(fmt.Errorf("set up streams and buckets: %w", err))
 	}
 	jobsKV, err := c.js.KeyValue(setupCtx, api.BucketJobs)

@@ -21,15 +21,9 @@ const schedulerConsumer = "scheduler"
 // schedule pulls submitted jobs while this controller has capacity and
 // starts them.
 func (c *Controller) schedule(ctx context.Context) {
-	cons, err := c.js.CreateOrUpdateConsumer(ctx, api.StreamRequests, jetstream.ConsumerConfig{
-		Durable:       schedulerConsumer,
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       30 * time.Second,
-		MaxAckPending: 10000,
-	})
+	cons, err := c.ensureSchedulerConsumer(ctx)
 	if err != nil {
-		c.log.Error("scheduler consumer", "err", err)
-		return
+		return // ctx ended
 	}
 	for ctx.Err() == nil {
 		// Take a slot before taking work, so a busy controller leaves

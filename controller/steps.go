@@ -20,6 +20,7 @@ type nodeRun struct {
 	retrying bool
 	sentAt   time.Time // when the current attempt was dispatched
 	heard    bool      // whether the current attempt has answered
+	catchUp  catchUpState
 }
 
 // runSteps drives nodes through steps, the seed's barrier step (one leaf,
@@ -200,6 +201,7 @@ func (r *run) runSteps(steps []api.FlatStep, nodes []string, entryFailed, barrie
 					complete(n, false)
 				}
 			}
+			r.catchUp(steps, nr, now)
 		}
 	}
 	return failedSet(nr)

@@ -1,0 +1,44 @@
+package controller
+
+import (
+	"context"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gridfleet/terraform-provider-grid/api"
+)
+
+// ensureSchedulerConsumer creates (or finds) the durable consumer every
+// controller pulls submitted jobs from, retrying while the cluster elects
+// leaders: a controller that gave up here would never run a job. Replicas is
+// left at 0, which makes the consumer inherit the stream's replicas (R3 in a
+// cluster of three), so it survives the loss of one server with its state.
+func (c *Controller) ensureSchedulerConsumer(ctx context.Context) (jetstream.Consumer, error) {
+	delay := 250 * time.Millisecond
+	for try := 1; ; try++ {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		cons, err := c.js.CreateOrUpdateConsumer(cctx, api.StreamRequests, jetstream.ConsumerConfig{
+			Durable:       schedulerConsumer,
+			AckPolicy:     jetstream.AckExplicitPolicy,
+			AckWait:       30 * time.Second,
+			MaxAckPending: 10000,
+		})
+		cancel()
+		if err == nil {
+			return cons, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if try == 1 || try%10 == 0 {
+			c.log.Warn("scheduler consumer; retrying", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(delay):
+		}
+		delay = min(delay*2, 5*time.Second)
+	}
+}
