@@ -477,7 +477,7 @@ func (r *jobResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanReq
 		if err := cat.ValidateTask(leaf.Field, leaf.Task, checkMode); err != nil {
 			p, msg := leafErrorPath(leaf, err)
 			resp.Diagnostics.AddAttributeError(p, "Invalid Task", msg+
-				"\n\nThe grid_backends data source (or `grid job backends`) lists the actions and parameters the online agents offer.")
+				"\n\nThe grid_backends data source (or `grid backends`) lists the actions and parameters the online agents offer.")
 		}
 	}
 
