@@ -131,7 +131,7 @@ func DefaultName(hostname string) string {
 	short, _, _ := strings.Cut(strings.TrimSpace(hostname), ".")
 	b := []byte(short)
 	for i, c := range b {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+		if (c < 'a' || c > 'z') && (c < 'A' || c > 'Z') && (c < '0' || c > '9') && c != '-' && c != '_' {
 			b[i] = '-'
 		}
 	}

@@ -230,7 +230,7 @@ func endSpan(span trace.Span, err error) {
 
 // observeTask records a task's final result in the metrics and its span.
 func (a *Agent) observeTask(t *task, r *api.TaskResult) {
-	status := string(r.Status)
+	status := r.Status
 	a.obs.tasks.WithLabelValues(t.cmd.Task.Backend, t.cmd.Task.Action, status).Inc()
 	a.obs.taskDuration.WithLabelValues(t.cmd.Task.Backend, t.cmd.Task.Action, status).Observe(time.Duration(r.Duration).Seconds())
 	if t.span != nil {

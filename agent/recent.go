@@ -15,8 +15,8 @@ type recentSet[K comparable] struct {
 	head  int
 }
 
-func newRecentSet[K comparable](max int, ttl time.Duration) *recentSet[K] {
-	return &recentSet[K]{max: max, ttl: ttl, added: map[K]time.Time{}}
+func newRecentSet[K comparable](limit int, ttl time.Duration) *recentSet[K] {
+	return &recentSet[K]{max: limit, ttl: ttl, added: map[K]time.Time{}}
 }
 
 // Has reports whether k was added and has not yet expired.
@@ -82,8 +82,8 @@ type finalCache struct {
 	order []taskKey
 }
 
-func newFinalCache(max int) *finalCache {
-	return &finalCache{max: max, byKey: map[taskKey]finalResult{}}
+func newFinalCache(limit int) *finalCache {
+	return &finalCache{max: limit, byKey: map[taskKey]finalResult{}}
 }
 
 func (c *finalCache) put(k taskKey, f finalResult) {

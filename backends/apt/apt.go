@@ -8,6 +8,7 @@ package apt
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -212,7 +213,7 @@ func (b *Backend) Installed(ctx context.Context, pkg string) (string, error) {
 	out, err := proc.Run(ctx, proc.Cmd{Path: b.dpkgQuery, Args: []string{"-W", "-f", `${Status} ${Version}\n`, "--", pkg}})
 	if err != nil {
 		// dpkg-query exits 1 for a package it has never heard of.
-		if ee, ok := err.(*proc.ExitError); ok && ee.ExitCode == 1 && strings.Contains(out.Stderr, "no packages found") {
+		if ee := (*proc.ExitError)(nil); errors.As(err, &ee) && ee.ExitCode == 1 && strings.Contains(out.Stderr, "no packages found") {
 			return "", nil
 		}
 		return "", fmt.Errorf("dpkg-query %s: %w", pkg, err)

@@ -204,7 +204,7 @@ func (s *session) handle(line []byte) (res *backends.Result, err error, done boo
 	if json.Unmarshal(line, &r) != nil || r.Status == "" {
 		// Not protocol: keep it as log output rather than failing on a
 		// stray print.
-		s.other.Write(append(line, '\n'))
+		_, _ = s.other.Write(append(line, '\n'))
 		return nil, nil, false
 	}
 	switch r.Status {
@@ -223,7 +223,7 @@ func (s *session) handle(line []byte) (res *backends.Result, err error, done boo
 		}
 		return &backends.Result{Output: s.other.String()}, errors.New(r.Error), true
 	}
-	s.other.Write(append(line, '\n'))
+	_, _ = s.other.Write(append(line, '\n'))
 	return nil, nil, false
 }
 

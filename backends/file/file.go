@@ -139,11 +139,11 @@ func (b *Backend) Resolve(p string, followFinal bool) (string, error) {
 	if !followFinal && clean != "/" {
 		existing, rest = filepath.Dir(clean), filepath.Base(clean)
 	}
-	var real string
+	var target string
 	for {
 		r, err := filepath.EvalSymlinks(existing)
 		if err == nil {
-			real = r
+			target = r
 			break
 		}
 		if !errors.Is(err, fs.ErrNotExist) {
@@ -152,7 +152,7 @@ func (b *Backend) Resolve(p string, followFinal bool) (string, error) {
 		rest = filepath.Join(filepath.Base(existing), rest)
 		existing = filepath.Dir(existing)
 	}
-	resolved := filepath.Join(real, rest)
+	resolved := filepath.Join(target, rest)
 	for _, pr := range b.prefixes {
 		if rp, err := filepath.EvalSymlinks(pr); err == nil {
 			pr = rp

@@ -249,8 +249,8 @@ func (b *Backend) dnsSet(req *backends.Request) (*backends.Result, error) {
 	// Write through a symlink to its target rather than replacing the
 	// link (resolv.conf is often one).
 	path := b.resolvConf
-	if real, err := filepath.EvalSymlinks(path); err == nil {
-		path = real
+	if target, err := filepath.EvalSymlinks(path); err == nil {
+		path = target
 	}
 	cur, err := ReadResolvConf(path)
 	if err != nil {

@@ -43,7 +43,7 @@ func (*Backend) Run(_ context.Context, req *backends.Request) (*backends.Result,
 		if err != nil {
 			return nil, fmt.Errorf("rate: %w", err)
 		}
-		if rand.IntN(100) < rate {
+		if rand.IntN(100) < rate { //nolint:gosec // failure injection, not security
 			return &backends.Result{Output: "unlucky"}, fmt.Errorf("flaky failure (rate %d%%)", rate)
 		}
 		return &backends.Result{Output: "lucky"}, nil
