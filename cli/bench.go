@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -21,6 +22,7 @@ type benchFlags struct {
 	nats      string
 	heartbeat time.Duration
 	parallel  int
+	cpuProf   string
 	logs      logOptions
 }
 
@@ -51,6 +53,7 @@ Progress goes to stderr; the result is a table, or JSON with -o json.`,
 	pf.StringVar(&bf.nats, "nats", "", "NATS URL of an existing deployment (with --addr); empty embeds a controller")
 	pf.DurationVar(&bf.heartbeat, "heartbeat", 10*time.Second, "the simulated agents' heartbeat interval")
 	pf.IntVar(&bf.parallel, "start-parallel", 64, "agents registering at once")
+	pf.StringVar(&bf.cpuProf, "cpuprofile", "", "write a CPU profile of the whole run (controller and agents when embedded) to this file")
 	bf.logs.register(pf, "error")
 	cmd.AddCommand(newBenchFanoutCommand(g, bf), newBenchThroughputCommand(g, bf), newBenchRegisterCommand(g, bf))
 	return cmd
@@ -83,6 +86,23 @@ func benchSetup(cmd *cobra.Command, g *globals, bf *benchFlags) (context.Context
 		_, _ = fmt.Fprintf(g.stderr, "warning: open-files limit is %d, %d agents may need %d (%v)\n", got, bf.agents, want, err)
 	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+	stopProfile := func() {}
+	if bf.cpuProf != "" {
+		f, err := os.Create(bf.cpuProf)
+		if err != nil {
+			stop()
+			return nil, nil, nil, usageErrorf("--cpuprofile: %w", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			_ = f.Close()
+			stop()
+			return nil, nil, nil, fmt.Errorf("--cpuprofile: %w", err)
+		}
+		stopProfile = func() {
+			pprof.StopCPUProfile()
+			_ = f.Close()
+		}
+	}
 	opts := bench.Options{Heartbeat: bf.heartbeat, StartParallel: bf.parallel, Progress: g.stderr, Logger: logger, Token: g.token}
 	if external {
 		opts.APIAddr, opts.NATSURL = g.addr, bf.nats
@@ -94,10 +114,12 @@ func benchSetup(cmd *cobra.Command, g *globals, bf *benchFlags) (context.Context
 	_, _ = fmt.Fprintf(g.stderr, "bench: %d agents against %s\n", bf.agents, where)
 	env, err := bench.Setup(ctx, opts)
 	if err != nil {
+		stopProfile()
 		stop()
 		return nil, nil, nil, err
 	}
 	return ctx, env, func() {
+		stopProfile()
 		_, _ = fmt.Fprintln(g.stderr, "bench: stopping agents")
 		env.Close()
 		stop()

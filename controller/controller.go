@@ -51,6 +51,7 @@ type Controller struct {
 	done    chan struct{}
 
 	metrics *metrics
+	pending pendingEstimate
 	tracer  trace.Tracer
 }
 

@@ -67,7 +67,7 @@ func (c *Controller) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	pending, err := c.pendingCount(r.Context())
+	pending, err := c.pendingCount(r.Context(), c.cfg.MaxPending)
 	if err != nil {
 		writeError(w, http.StatusServiceUnavailable, err.Error())
 		return
@@ -123,7 +123,14 @@ func (c *Controller) handleGetJob(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusBadRequest, fmt.Sprintf("wait %q is not a duration", ws))
 			return
 		}
-		c.waitTerminal(r.Context(), id, min(d, 60*time.Second))
+		if data := c.waitTerminal(r.Context(), id, min(d, 60*time.Second)); data != nil {
+			// The final state as stored, without decoding and encoding it
+			// again.
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusOK)
+			_, _ = w.Write(data)
+			return
+		}
 	}
 	j, err := c.currentJob(r.Context(), id)
 	if errors.Is(err, api.ErrNotFound) {
@@ -138,35 +145,44 @@ func (c *Controller) handleGetJob(w http.ResponseWriter, r *http.Request) {
 }
 
 // waitTerminal blocks until the job is terminal or d passes, following the
-// job's key so it answers the moment the job ends on any controller.
-func (c *Controller) waitTerminal(ctx context.Context, id string, d time.Duration) {
+// job's key so it answers the moment the job ends on any controller. It
+// returns the stored terminal job's JSON, or nil.
+func (c *Controller) waitTerminal(ctx context.Context, id string, d time.Duration) []byte {
 	if !api.ValidToken(id) {
-		return
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	w, err := c.jobs.kv.Watch(ctx, id)
 	if err != nil {
-		return
+		return nil
 	}
 	defer func() { _ = w.Stop() }()
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case e, ok := <-w.Updates():
 			if !ok {
-				return
+				return nil
 			}
 			if e == nil || e.Operation() != jetstream.KeyValuePut {
 				continue
 			}
-			var j api.Job
-			if json.Unmarshal(e.Value(), &j) == nil && j.Status.Terminal() {
-				return
+			if terminalJSON(e.Value()) {
+				return e.Value()
 			}
 		}
 	}
+}
+
+// terminalJSON reports whether a stored job's status is terminal, decoding
+// only the status (a job with 10,000 results is megabytes).
+func terminalJSON(data []byte) bool {
+	var s struct {
+		Status api.JobStatus `json:"status"`
+	}
+	return json.Unmarshal(data, &s) == nil && s.Status.Terminal()
 }
 
 func (c *Controller) handleCancel(w http.ResponseWriter, r *http.Request) {

@@ -37,6 +37,8 @@ type run struct {
 	cancel      context.CancelCauseFunc
 	stopTimeout context.CancelFunc
 
+	// flushMu serialises writes of the job (and guards rev).
+	flushMu    sync.Mutex
 	mu         sync.Mutex
 	job        *api.Job
 	rev        uint64
@@ -88,9 +90,12 @@ func (r *run) update(fn func(j *api.Job)) {
 }
 
 // flushLoop writes the job to KV at most once per flush interval while it
-// changes, so a step on 10,000 nodes is not 10,000 KV writes.
+// changes, so a step on 10,000 nodes is not 10,000 KV writes. A big job's
+// write costs more (its JSON grows with its results), so the wait grows
+// with it: a flush takes at most about a tenth of the run's time.
 func (r *run) flushLoop() {
 	interval := r.c.cfg.FlushInterval.D()
+	wait := interval
 	for {
 		select {
 		case <-r.done:
@@ -100,50 +105,76 @@ func (r *run) flushLoop() {
 		select {
 		case <-r.done:
 			return
-		case <-time.After(interval):
+		case <-time.After(wait):
 		}
+		start := time.Now()
 		r.flush()
+		wait = min(max(interval, 10*time.Since(start)), maxFlushInterval)
 	}
 }
 
+// maxFlushInterval bounds how long intermediate writes of a big job wait.
+const maxFlushInterval = 5 * time.Second
+
 // flush writes the job to KV if it changed. The owner is the only writer of
 // a running job, so a conflict means someone else touched it (a cancel from
-// another controller): the stored status wins if it is terminal.
+// another controller): the stored status wins if it is terminal. The job is
+// encoded under mu and written without it, so results keep flowing into
+// the run while a big job is written.
 func (r *run) flush() {
+	r.flushMu.Lock()
+	defer r.flushMu.Unlock()
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	if !r.dirty {
+		r.mu.Unlock()
 		return
+	}
+	id := r.job.ID
+	data, err := json.Marshal(r.job)
+	r.dirty = false
+	r.mu.Unlock()
+	if err != nil {
+		r.log.Error("encode job", "err", err)
+		return
+	}
+	redirty := func() {
+		r.mu.Lock()
+		r.dirty = true
+		r.mu.Unlock()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for range 5 {
-		rev, err := r.c.jobs.update(ctx, r.job, r.rev)
+		rev, err := r.c.jobs.updateRaw(ctx, id, data, r.rev)
 		if err == nil {
 			r.rev = rev
-			r.dirty = false
 			return
 		}
 		if !errors.Is(err, errConflict) {
 			r.log.Warn("write job", "err", err)
+			redirty()
 			return
 		}
-		stored, srev, gerr := r.c.jobs.get(ctx, r.job.ID)
+		stored, srev, gerr := r.c.jobs.get(ctx, id)
 		if gerr != nil {
 			r.log.Warn("re-read job after conflict", "err", gerr)
+			redirty()
 			return
 		}
 		r.rev = srev
 		if stored.Owner != r.c.id {
 			// Presumed dead and taken over: stop without writing.
-			r.dirty = false
 			r.cancel(errLostOwnership)
 			return
 		}
-		if stored.Status == api.JobCancelled && !r.job.Status.Terminal() {
+		r.mu.Lock()
+		terminal := r.job.Status.Terminal()
+		r.mu.Unlock()
+		if stored.Status == api.JobCancelled && !terminal {
 			r.cancel(errCancelled)
 		}
 	}
+	redirty()
 }
 
 func (r *run) flushNow() {

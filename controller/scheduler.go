@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -25,35 +26,57 @@ func (c *Controller) schedule(ctx context.Context) {
 	if err != nil {
 		return // ctx ended
 	}
+	// Claims run concurrently (each is a few KV round trips), so one slow
+	// claim does not hold up the queue; schedule returns once they are done.
+	var claims sync.WaitGroup
+	defer claims.Wait()
 	for ctx.Err() == nil {
 		// Take a slot before taking work, so a busy controller leaves
-		// requests to its peers.
+		// requests to its peers; then as many more free slots as a batch
+		// holds, so a burst of submissions is fetched in one pull.
 		select {
 		case c.slots <- struct{}{}:
 		case <-ctx.Done():
 			return
 		}
-		batch, err := cons.Fetch(1, jetstream.FetchMaxWait(time.Second))
+		n := 1
+	more:
+		for n < fetchBatch {
+			select {
+			case c.slots <- struct{}{}:
+				n++
+			default:
+				break more
+			}
+		}
+		batch, err := cons.Fetch(n, jetstream.FetchMaxWait(time.Second))
 		if err != nil {
-			<-c.slots
+			for range n {
+				<-c.slots
+			}
 			if ctx.Err() == nil && !errors.Is(err, jetstream.ErrNoMessages) {
 				c.log.Warn("fetch requests", "err", err)
 				time.Sleep(250 * time.Millisecond)
 			}
 			continue
 		}
-		got := false
+		got := 0
 		for m := range batch.Messages() {
-			got = true
-			if !c.claim(ctx, m) {
-				<-c.slots
-			}
+			got++
+			claims.Go(func() {
+				if !c.claim(ctx, m) {
+					<-c.slots
+				}
+			})
 		}
-		if !got {
+		for range n - got {
 			<-c.slots
 		}
 	}
 }
+
+// fetchBatch bounds how many requests one pull of the scheduler takes.
+const fetchBatch = 64
 
 // claim takes a submitted job: it moves it from pending to running with
 // this controller as owner (compare-and-swap, so two controllers never both
@@ -198,8 +221,43 @@ func (c *Controller) foldStoredResults(ctx context.Context, j *api.Job) error {
 	return nil
 }
 
-// pendingCount is the number of submitted jobs no controller has claimed.
-func (c *Controller) pendingCount(ctx context.Context) (int, error) {
+// pendingEstimate saves admission control a stream info request per
+// submission: it keeps the last exact count and, pessimistically, adds one
+// for every submission since (claims only lower the true count). While the
+// estimate is below the limit so is the true count; at the limit, or when
+// the count is older than pendingFresh, the stream is asked again.
+type pendingEstimate struct {
+	mu    sync.Mutex
+	at    time.Time
+	exact int
+	since int
+}
+
+const pendingFresh = 100 * time.Millisecond
+
+// pendingCount is an upper bound of the number of submitted jobs no
+// controller has claimed, exact when it reaches limit.
+func (c *Controller) pendingCount(ctx context.Context, limit int) (int, error) {
+	p := &c.pending
+	p.mu.Lock()
+	if est := p.exact + p.since; !p.at.IsZero() && time.Since(p.at) < pendingFresh && est < limit {
+		p.since++
+		p.mu.Unlock()
+		return est, nil
+	}
+	p.mu.Unlock()
+	n, err := c.exactPendingCount(ctx)
+	if err != nil {
+		return 0, err
+	}
+	p.mu.Lock()
+	p.at, p.exact, p.since = time.Now(), n, 1
+	p.mu.Unlock()
+	return n, nil
+}
+
+// exactPendingCount asks the requests stream.
+func (c *Controller) exactPendingCount(ctx context.Context) (int, error) {
 	s, err := c.js.Stream(ctx, api.StreamRequests)
 	if err != nil {
 		return 0, fmt.Errorf("requests stream: %w", err)

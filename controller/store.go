@@ -56,7 +56,12 @@ func (s *jobStore) update(ctx context.Context, j *api.Job, rev uint64) (uint64, 
 	if err != nil {
 		return 0, err
 	}
-	nrev, err := s.kv.Update(ctx, j.ID, b, rev)
+	return s.updateRaw(ctx, j.ID, b, rev)
+}
+
+// updateRaw writes an encoded job if the stored revision is still rev.
+func (s *jobStore) updateRaw(ctx context.Context, id string, b []byte, rev uint64) (uint64, error) {
+	nrev, err := s.kv.Update(ctx, id, b, rev)
 	if err != nil {
 		var apiErr *jetstream.APIError
 		if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
@@ -65,7 +70,7 @@ func (s *jobStore) update(ctx context.Context, j *api.Job, rev uint64) (uint64, 
 		if errors.Is(err, jetstream.ErrKeyExists) {
 			return 0, errConflict
 		}
-		return 0, fmt.Errorf("update job %s: %w", j.ID, err)
+		return 0, fmt.Errorf("update job %s: %w", id, err)
 	}
 	return nrev, nil
 }

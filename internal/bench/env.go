@@ -25,6 +25,8 @@ import (
 
 	"github.com/gridfleet/terraform-provider-grid/agent"
 	"github.com/gridfleet/terraform-provider-grid/api"
+	"github.com/gridfleet/terraform-provider-grid/backends"
+	"github.com/gridfleet/terraform-provider-grid/backends/builtin"
 	"github.com/gridfleet/terraform-provider-grid/controller"
 	"github.com/gridfleet/terraform-provider-grid/internal/fleet"
 )
@@ -65,6 +67,7 @@ type Env struct {
 	log      *slog.Logger
 	progress io.Writer
 
+	registry     *backends.Registry
 	agentsCtx    context.Context
 	cancelAgents context.CancelFunc
 	mu           sync.Mutex
@@ -126,6 +129,11 @@ func Setup(ctx context.Context, opts Options) (*Env, error) {
 	if err != nil {
 		e.Close()
 		return nil, err
+	}
+	e.registry, err = builtin.New(builtin.Options{Sandbox: filepath.Join(dir, "sandbox")})
+	if err != nil {
+		e.Close()
+		return nil, fmt.Errorf("built-in backends: %w", err)
 	}
 	e.agentsCtx, e.cancelAgents = context.WithCancel(context.Background())
 	return e, nil
@@ -268,6 +276,10 @@ func (e *Env) startAgent(i int) (*agent.Agent, error) {
 	cfg.DataDir = filepath.Join(e.dir, "agents", name)
 	cfg.Sandbox = filepath.Join(cfg.DataDir, "sandbox")
 	cfg.Logger = e.log
+	// One backend set serves every simulated agent: building the built-in
+	// set compiles the schemas' patterns, a per-process cost that would
+	// otherwise dominate registering thousands of agents in one process.
+	cfg.Registry = e.registry
 	cfg.ShutdownGrace = agent.Duration(5 * time.Second)
 	if e.opts.Heartbeat > 0 {
 		cfg.HeartbeatInterval = agent.Duration(e.opts.Heartbeat)

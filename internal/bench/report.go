@@ -92,6 +92,7 @@ type ThroughputReport struct {
 	P50Ms       float64 `json:"p50_ms"`
 	P90Ms       float64 `json:"p90_ms"`
 	P99Ms       float64 `json:"p99_ms"`
+	MaxMs       float64 `json:"max_ms"`
 	// Rejected counts submissions answered 429 (and retried).
 	Rejected int `json:"rejected"`
 }
@@ -100,7 +101,8 @@ type ThroughputReport struct {
 func NewThroughputReport(agents, concurrency int, elapsed time.Duration, lat []time.Duration, rejected int) ThroughputReport {
 	r := ThroughputReport{Agents: agents, Jobs: len(lat), Concurrency: concurrency, Rejected: rejected,
 		Seconds: math.Round(elapsed.Seconds()*1000) / 1000,
-		P50Ms:   ms(Percentile(lat, 50)), P90Ms: ms(Percentile(lat, 90)), P99Ms: ms(Percentile(lat, 99))}
+		P50Ms:   ms(Percentile(lat, 50)), P90Ms: ms(Percentile(lat, 90)), P99Ms: ms(Percentile(lat, 99)),
+		MaxMs: ms(Percentile(lat, 100))}
 	if elapsed > 0 {
 		r.JobsPerS = math.Round(float64(len(lat))/elapsed.Seconds()*10) / 10
 	}
@@ -110,9 +112,9 @@ func NewThroughputReport(agents, concurrency int, elapsed time.Duration, lat []t
 // Table prints the report for a terminal.
 func (r ThroughputReport) Table(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	_, _ = fmt.Fprintln(tw, "agents\tjobs\tin flight\tseconds\tjobs/s\tp50 ms\tp90 ms\tp99 ms\t429s\t")
-	_, _ = fmt.Fprintf(tw, "%d\t%d\t%d\t%.3f\t%.1f\t%.2f\t%.2f\t%.2f\t%d\t\n", r.Agents, r.Jobs, r.Concurrency,
-		r.Seconds, r.JobsPerS, r.P50Ms, r.P90Ms, r.P99Ms, r.Rejected)
+	_, _ = fmt.Fprintln(tw, "agents\tjobs\tin flight\tseconds\tjobs/s\tp50 ms\tp90 ms\tp99 ms\tmax ms\t429s\t")
+	_, _ = fmt.Fprintf(tw, "%d\t%d\t%d\t%.3f\t%.1f\t%.2f\t%.2f\t%.2f\t%.2f\t%d\t\n", r.Agents, r.Jobs, r.Concurrency,
+		r.Seconds, r.JobsPerS, r.P50Ms, r.P90Ms, r.P99Ms, r.MaxMs, r.Rejected)
 	_ = tw.Flush()
 }
 

@@ -145,7 +145,7 @@ func (e *Env) Fanout(ctx context.Context, rounds int) ([]time.Duration, int, err
 		if r >= 0 {
 			verified++
 			out = append(out, d)
-			e.printf("  round %d/%d: %.1f ms", r+1, rounds, ms(d))
+			e.printf("  round %d/%d: %.1f ms (%s)", r+1, rounds, ms(d), phases(start, done))
 		}
 	}
 	return out, verified, nil
@@ -254,6 +254,9 @@ func (e *Env) Throughput(ctx context.Context, jobs, inFlight int) ([]time.Durati
 					return
 				}
 				lat[i], ids[i] = time.Since(t0), j.ID
+				if i%500 == 499 {
+					e.printf("  job %d: %.1f ms (%s)", i+1, ms(lat[i]), phases(t0, d))
+				}
 				doneN.Add(1)
 			}
 		})
@@ -274,4 +277,31 @@ func (e *Env) Throughput(ctx context.Context, jobs, inFlight int) ([]time.Durati
 		}
 	}
 	return lat, elapsed, int(rejected.Load()), nil
+}
+
+// phases splits a job's time by the timestamps it carries: queued (submit
+// to claimed), dispatch (claimed to the first command), results (to the
+// last agent's result), finish (to the job's end) and answer (to the long
+// poll's reply reaching us).
+func phases(submit time.Time, j *api.Job) string {
+	if j.StartedAt == nil || j.FinishedAt == nil {
+		return "no timestamps"
+	}
+	var first, last time.Time
+	for _, m := range j.Results {
+		for _, r := range m {
+			for _, ev := range r.Events {
+				if ev.Status == api.StepDispatched && (first.IsZero() || ev.Time.Before(first)) {
+					first = ev.Time
+				}
+				if api.StepTerminal(ev.Status) && ev.Time.After(last) {
+					last = ev.Time
+				}
+			}
+		}
+	}
+	end := time.Now()
+	return fmt.Sprintf("queued %.1f, dispatch %.1f, results %.1f, finish %.1f, answer %.1f ms",
+		ms(j.StartedAt.Sub(submit)), ms(first.Sub(*j.StartedAt)), ms(last.Sub(first)),
+		ms(j.FinishedAt.Sub(last)), ms(end.Sub(*j.FinishedAt)))
 }
