@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# `make bench`: the benchmark tables for 100, 1,000 and 10,000 agents, the
+# controller's memory with 10,000 agents measured in a separate controller
+# process, and the RSS of one idle standalone agent. Takes a few minutes.
+set -euo pipefail
+
+BIN=${BIN:-bin/grid}
+ROUNDS=${ROUNDS:-20}
+JOBS=${JOBS:-5000}
+OUT=${OUT:-table}
+work=$(mktemp -d)
+pids=()
+cleanup() {
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	wait 2>/dev/null || true
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+rss_mib() { awk '/^VmRSS:/ {printf "%.1f", $2/1024}' "/proc/$1/status"; }
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+echo "== fan-out: one ping echo job to every agent, against the NATS floor"
+for n in 100 1000; do
+	"$BIN" bench fanout --agents "$n" --rounds "$ROUNDS" -o "$OUT"
+done
+"$BIN" bench fanout --agents 10000 --rounds 5 -o "$OUT"
+
+echo "== throughput: single-node jobs, 64 in flight"
+"$BIN" bench throughput --agents 100 --jobs "$JOBS" -o "$OUT"
+
+echo "== registration, embedded controller (memory includes the agents)"
+for n in 100 1000; do
+	"$BIN" bench register --agents "$n" -o "$OUT"
+done
+
+echo "== registration of 10,000 agents against a separate controller process"
+api=$(free_port)
+nats=$(free_port)
+"$BIN" controller --data-dir "$work/ctl" --api-addr "127.0.0.1:$api" --nats-addr "127.0.0.1:$nats" --log-level error &
+pids+=($!)
+ctl=$!
+for _ in $(seq 100); do curl -fs "http://127.0.0.1:$api/readyz" >/dev/null 2>&1 && break; sleep 0.1; done
+"$BIN" bench register --agents 10000 --addr "127.0.0.1:$api" --nats "nats://127.0.0.1:$nats" -o "$OUT"
+echo "controller process RSS after the agents left: $(rss_mib "$ctl") MiB"
+
+echo "== one idle standalone agent"
+"$BIN" agent --name idle-1 --nats "nats://127.0.0.1:$nats" --data-dir "$work/agent" --log-level error &
+pids+=($!)
+agent=$!
+sleep 15
+echo "idle agent RSS after 15s: $(rss_mib "$agent") MiB"

@@ -1,0 +1,75 @@
+package bench
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestPercentile(t *testing.T) {
+	var ds []time.Duration
+	for i := 10; i >= 1; i-- { // unsorted on purpose
+		ds = append(ds, time.Duration(i)*time.Millisecond)
+	}
+	for _, c := range []struct {
+		p    float64
+		want time.Duration
+	}{{50, 5 * time.Millisecond}, {90, 9 * time.Millisecond}, {99, 10 * time.Millisecond}, {100, 10 * time.Millisecond}, {1, time.Millisecond}} {
+		if got := Percentile(ds, c.p); got != c.want {
+			t.Errorf("p%v = %v, want %v", c.p, got, c.want)
+		}
+	}
+	if ds[0] != 10*time.Millisecond {
+		t.Error("Percentile sorted its input")
+	}
+	if Percentile(nil, 50) != 0 {
+		t.Error("no samples should give 0")
+	}
+	if got := Percentile([]time.Duration{7}, 99); got != 7 {
+		t.Errorf("one sample: %v", got)
+	}
+}
+
+func TestFanoutReport(t *testing.T) {
+	jobs := []time.Duration{30 * time.Millisecond, 10 * time.Millisecond, 20 * time.Millisecond}
+	floor := []time.Duration{4 * time.Millisecond, 5 * time.Millisecond, 6 * time.Millisecond}
+	r := NewFanoutReport(1000, jobs, floor, 3)
+	if r.P50Ms != 20 || r.P99Ms != 30 || r.FloorP50Ms != 5 || r.RatioP50 != 4 || r.Rounds != 3 {
+		t.Fatalf("report: %+v", r)
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	_ = json.Unmarshal(b, &m)
+	for _, k := range []string{"agents", "rounds", "p50_ms", "p90_ms", "p99_ms", "floor_p50_ms", "ratio_p50"} {
+		if _, ok := m[k]; !ok {
+			t.Errorf("JSON lacks %s: %s", k, b)
+		}
+	}
+	var out bytes.Buffer
+	r.Table(&out)
+	if !strings.Contains(out.String(), "ratio p50") || !strings.Contains(out.String(), "4.00") {
+		t.Errorf("table:\n%s", out.String())
+	}
+}
+
+func TestThroughputReport(t *testing.T) {
+	lat := make([]time.Duration, 100)
+	for i := range lat {
+		lat[i] = time.Duration(i+1) * time.Millisecond
+	}
+	r := NewThroughputReport(10, 8, 2*time.Second, lat, 1)
+	if r.Jobs != 100 || r.JobsPerS != 50 || r.P50Ms != 50 || r.P99Ms != 99 || r.Seconds != 2 {
+		t.Fatalf("report: %+v", r)
+	}
+	b, _ := json.Marshal(r)
+	for _, k := range []string{`"jobs"`, `"seconds"`, `"jobs_per_s"`, `"p50_ms"`, `"p99_ms"`} {
+		if !bytes.Contains(b, []byte(k)) {
+			t.Errorf("JSON lacks %s: %s", k, b)
+		}
+	}
+}
