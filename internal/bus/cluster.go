@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -13,11 +14,16 @@ import (
 // JetStream to elect its meta leader before giving up on the topology.
 const ClusterFormTimeout = 60 * time.Second
 
-// EnsureTopologyRetry runs EnsureTopology until it succeeds, ctx ends or
-// wait has passed. A clustered JetStream answers nothing (or "temporarily
-// unavailable") until enough servers have joined to elect a meta leader, and
-// R3 streams need three servers; the controllers of a cluster start in any
-// order, so the first ones wait here for the others.
+// EnsureTopologyRetry creates or updates the streams and buckets like
+// EnsureTopology, retrying each until it succeeds, ctx ends or wait has
+// passed. A clustered JetStream answers nothing until enough servers have
+// joined to elect a meta leader, and R3 streams need three servers: the
+// controllers of a cluster start in any order, so the first ones wait here
+// for the others. The controllers of a new cluster also create the same
+// streams at the same moment, and the server may then leave every one of
+// the concurrent requests unanswered although the stream gets created; short
+// tries (the next one finds the stream and only updates it) keep that from
+// costing more than a second or two per stream.
 func EnsureTopologyRetry(ctx context.Context, js jetstream.JetStream, t Topology, wait time.Duration, log *slog.Logger) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -25,28 +31,49 @@ func EnsureTopologyRetry(ctx context.Context, js jetstream.JetStream, t Topology
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	start := time.Now()
-	delay := 250 * time.Millisecond
-	var lastErr error
-	for try := 1; ; try++ {
-		tctx, tcancel := context.WithTimeout(ctx, 10*time.Second)
-		err := EnsureTopology(tctx, js, t)
-		tcancel()
-		if err == nil {
-			if try > 1 {
-				log.Info("JetStream topology ready", "replicas", t.Replicas, "after", time.Since(start).Round(time.Millisecond))
+	retried := false
+	streams, buckets := t.configs()
+	var steps []func(context.Context) error
+	for _, sc := range streams {
+		steps = append(steps, func(ctx context.Context) error {
+			if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
+				return fmt.Errorf("stream %s: %w", sc.Name, err)
 			}
 			return nil
-		}
-		lastErr = err
-		if try == 1 || try%10 == 0 {
-			log.Info("waiting for JetStream (cluster forming?)", "replicas", t.Replicas, "err", err)
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("JetStream not ready after %s (with replicas %d, at least %d servers of the cluster must be up and routed to each other): %w",
-				time.Since(start).Round(time.Second), t.Replicas, t.Replicas, lastErr)
-		case <-time.After(delay):
-		}
-		delay = min(delay*2, 2*time.Second)
+		})
 	}
+	for _, kc := range buckets {
+		steps = append(steps, func(ctx context.Context) error {
+			if _, err := js.CreateOrUpdateKeyValue(ctx, kc); err != nil {
+				return fmt.Errorf("bucket %s: %w", kc.Bucket, err)
+			}
+			return nil
+		})
+	}
+	for _, step := range steps {
+		tryTimeout := time.Second
+		for try := 1; ; try++ {
+			tctx, tcancel := context.WithTimeout(ctx, tryTimeout)
+			err := step(tctx)
+			tcancel()
+			if err == nil {
+				break
+			}
+			retried = true
+			if try == 1 || try%10 == 0 {
+				log.Info("waiting for JetStream (cluster forming?)", "replicas", t.Replicas, "err", err)
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("JetStream not ready after %s (with replicas %d, at least %d servers of the cluster must be up and routed to each other): %w",
+					time.Since(start).Round(time.Second), t.Replicas, t.Replicas, err)
+			case <-time.After(time.Duration(50+rand.IntN(250)) * time.Millisecond):
+			}
+			tryTimeout = min(tryTimeout*2, 5*time.Second)
+		}
+	}
+	if retried {
+		log.Info("JetStream topology ready", "replicas", t.Replicas, "after", time.Since(start).Round(time.Millisecond))
+	}
+	return nil
 }

@@ -30,6 +30,22 @@ func DefaultTopology() Topology {
 
 // EnsureTopology creates or updates the streams and KV buckets of seed 000.
 func EnsureTopology(ctx context.Context, js jetstream.JetStream, t Topology) error {
+	streams, buckets := t.configs()
+	for _, sc := range streams {
+		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
+			return fmt.Errorf("stream %s: %w", sc.Name, err)
+		}
+	}
+	for _, kc := range buckets {
+		if _, err := js.CreateOrUpdateKeyValue(ctx, kc); err != nil {
+			return fmt.Errorf("bucket %s: %w", kc.Bucket, err)
+		}
+	}
+	return nil
+}
+
+// configs returns the streams and buckets of the topology.
+func (t Topology) configs() ([]jetstream.StreamConfig, []jetstream.KeyValueConfig) {
 	if t.Replicas < 1 {
 		t.Replicas = 1
 	}
@@ -41,23 +57,13 @@ func EnsureTopology(ctx context.Context, js jetstream.JetStream, t Topology) err
 		{Name: api.StreamResults, Subjects: []string{api.SubjectResults}, Retention: jetstream.LimitsPolicy,
 			Discard: jetstream.DiscardOld, MaxAge: t.ResultsMaxAge, MaxBytes: t.MaxBytes, Replicas: t.Replicas, Storage: jetstream.FileStorage},
 	}
-	for _, sc := range streams {
-		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
-			return fmt.Errorf("stream %s: %w", sc.Name, err)
-		}
-	}
 	buckets := []jetstream.KeyValueConfig{
 		{Bucket: api.BucketJobs, Description: "job definitions and status", History: 1, Replicas: t.Replicas, Storage: jetstream.FileStorage},
 		{Bucket: api.BucketNodes, Description: "node registration and health", History: 1, Replicas: t.Replicas, Storage: jetstream.FileStorage},
 		{Bucket: api.BucketControllers, Description: "controller registration and heartbeat", History: 1, Replicas: t.Replicas, Storage: jetstream.FileStorage},
 		{Bucket: api.BucketSchemas, Description: "backend schema sets by digest", History: 1, Replicas: t.Replicas, Storage: jetstream.FileStorage},
 	}
-	for _, kc := range buckets {
-		if _, err := js.CreateOrUpdateKeyValue(ctx, kc); err != nil {
-			return fmt.Errorf("bucket %s: %w", kc.Bucket, err)
-		}
-	}
-	return nil
+	return streams, buckets
 }
 
 // WaitForBucket returns the bucket once it exists (a controller creates it),

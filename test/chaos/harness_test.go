@@ -1,0 +1,358 @@
+// Package chaos runs real grid processes on loopback and breaks them: kill -9
+// of a clustered controller under load, kill -9 of an agent mid-task, a
+// controller restart on its data dir, a network cut between an agent and
+// NATS. The tests build the grid binary once and only run with GRID_CHAOS=1
+// (make chaos).
+package chaos
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gridfleet/terraform-provider-grid/api"
+)
+
+// gridBin is the binary under test; empty when the chaos tests are off.
+var gridBin string
+
+func TestMain(m *testing.M) {
+	if os.Getenv("GRID_CHAOS") != "1" {
+		os.Exit(m.Run())
+	}
+	dir, err := os.MkdirTemp("", "grid-chaos-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	gridBin = filepath.Join(dir, "grid")
+	build := exec.Command("go", "build", "-o", gridBin, "github.com/gridfleet/terraform-provider-grid")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build grid:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func needChaos(t *testing.T) {
+	t.Helper()
+	if gridBin == "" {
+		t.Skip("chaos tests start real grid processes and kill them; run them with GRID_CHAOS=1 go test ./test/chaos/ (or make chaos)")
+	}
+}
+
+// freePort returns a loopback port nobody listens on (for now).
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// proc is one grid process; its stderr (the logs) goes to a file that a
+// restart appends to.
+type proc struct {
+	t       *testing.T
+	name    string
+	args    []string
+	logPath string
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+func startProc(t *testing.T, dir, name string, args ...string) *proc {
+	t.Helper()
+	p := &proc{t: t, name: name, args: args, logPath: filepath.Join(dir, name+".log")}
+	p.start()
+	t.Cleanup(func() {
+		if p.running() {
+			p.signal(syscall.SIGKILL)
+			p.wait(10 * time.Second)
+		}
+		if t.Failed() {
+			t.Logf("log of %s: %s", name, p.logPath)
+		}
+	})
+	return p
+}
+
+func (p *proc) start() {
+	p.t.Helper()
+	f, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	cmd := exec.Command(gridBin, p.args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		p.t.Fatalf("start %s: %v", p.name, err)
+	}
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		f.Close()
+		close(done)
+	}()
+	p.mu.Lock()
+	p.cmd, p.done = cmd, done
+	p.mu.Unlock()
+}
+
+func (p *proc) running() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
+}
+
+func (p *proc) signal(sig syscall.Signal) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_ = p.cmd.Process.Signal(sig)
+}
+
+func (p *proc) wait(d time.Duration) bool {
+	p.mu.Lock()
+	done := p.done
+	p.mu.Unlock()
+	select {
+	case <-done:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
+// kill9 kills the process as a crash would and waits until it is gone.
+func (p *proc) kill9() {
+	p.t.Helper()
+	p.signal(syscall.SIGKILL)
+	if !p.wait(10 * time.Second) {
+		p.t.Fatalf("%s survived SIGKILL", p.name)
+	}
+}
+
+// exitCode is the process's exit code once it has exited.
+func (p *proc) exitCode() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cmd.ProcessState.ExitCode()
+}
+
+// logLines returns the process's JSON log lines, decoded.
+func (p *proc) logLines(t *testing.T) []map[string]any {
+	t.Helper()
+	f, err := os.Open(p.logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []map[string]any
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		var m map[string]any
+		if json.Unmarshal(sc.Bytes(), &m) == nil {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// ctlSpec describes one controller of a test fleet.
+type ctlSpec struct {
+	name                       string
+	apiPort, natsPort, clPort  int
+	dataDir                    string
+	extra                      map[string]string // more config keys (yaml scalars)
+	cluster                    bool
+	routes                     []string
+	replicas                   int
+	nodeOffline, staleAfter    string
+	heartbeat, grace, flushInt string
+}
+
+func (s *ctlSpec) apiURL() string  { return fmt.Sprintf("http://127.0.0.1:%d", s.apiPort) }
+func (s *ctlSpec) natsURL() string { return fmt.Sprintf("nats://127.0.0.1:%d", s.natsPort) }
+
+// writeConfig writes the controller's YAML config and returns its path.
+func (s *ctlSpec) writeConfig(t *testing.T, dir string) string {
+	t.Helper()
+	var b strings.Builder
+	fmt.Fprintf(&b, "name: %s\napi_addr: 127.0.0.1:%d\nnats_addr: 127.0.0.1:%d\ndata_dir: %s\n", s.name, s.apiPort, s.natsPort, s.dataDir)
+	fmt.Fprintf(&b, "node_offline_after: %s\ncontroller_stale_after: %s\nheartbeat_interval: %s\nresult_grace: %s\nflush_interval: %s\n",
+		or(s.nodeOffline, "5s"), or(s.staleAfter, "3s"), or(s.heartbeat, "500ms"), or(s.grace, "10s"), or(s.flushInt, "50ms"))
+	if s.cluster {
+		fmt.Fprintf(&b, "cluster_name: chaos\ncluster_addr: 127.0.0.1:%d\nreplicas: %d\nroutes:\n", s.clPort, s.replicas)
+		for _, r := range s.routes {
+			fmt.Fprintf(&b, "  - %s\n", r)
+		}
+	}
+	for k, v := range s.extra {
+		fmt.Fprintf(&b, "%s: %s\n", k, v)
+	}
+	path := filepath.Join(dir, s.name+".yaml")
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func or(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}
+
+// newCtlSpecs returns n controller specs with free ports; with n > 1 they
+// form one NATS cluster with the given replicas.
+func newCtlSpecs(t *testing.T, dir string, n, replicas int) []*ctlSpec {
+	t.Helper()
+	specs := make([]*ctlSpec, n)
+	for i := range specs {
+		specs[i] = &ctlSpec{name: fmt.Sprintf("ctl-%d", i+1), apiPort: freePort(t), natsPort: freePort(t), clPort: freePort(t),
+			dataDir: filepath.Join(dir, fmt.Sprintf("ctl-%d-data", i+1)), replicas: replicas, cluster: n > 1}
+	}
+	for i, s := range specs {
+		for j, o := range specs {
+			if i != j {
+				s.routes = append(s.routes, fmt.Sprintf("nats://127.0.0.1:%d", o.clPort))
+			}
+		}
+	}
+	return specs
+}
+
+func startController(t *testing.T, dir string, s *ctlSpec) *proc {
+	t.Helper()
+	cfg := s.writeConfig(t, dir)
+	return startProc(t, dir, s.name, "controller", "--config", cfg, "--log-format", "json")
+}
+
+// startAgent starts an agent connected to the given NATS URLs.
+func startAgent(t *testing.T, dir, name string, groups []string, urls []string, heartbeat string) *proc {
+	t.Helper()
+	cfg := fmt.Sprintf("name: %s\ngroups: [%s]\nnats: [%s]\ndata_dir: %s\nheartbeat_interval: %s\nshutdown_grace: 20s\n",
+		name, strings.Join(groups, ", "), strings.Join(urls, ", "), filepath.Join(dir, name+"-data"), heartbeat)
+	path := filepath.Join(dir, name+".yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return startProc(t, dir, name, "agent", "--config", path, "--log-format", "json")
+}
+
+func client(t *testing.T, url string) *api.Client {
+	t.Helper()
+	cl, err := api.NewClient(api.ClientConfig{Address: url, Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cl
+}
+
+// waitReady waits for a controller's /readyz to answer 200.
+func waitReady(t *testing.T, url string, d time.Duration) {
+	t.Helper()
+	waitFor(t, d, "controller "+url+" ready", func() bool {
+		resp, err := http.Get(url + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+}
+
+// waitNodes waits until the named nodes are all online.
+func waitNodes(t *testing.T, cl *api.Client, d time.Duration, names ...string) {
+	t.Helper()
+	waitFor(t, d, fmt.Sprintf("nodes %v online", names), func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		nodes, err := cl.ListNodes(ctx)
+		if err != nil {
+			return false
+		}
+		online := map[string]bool{}
+		for _, n := range nodes {
+			online[n.ID] = n.Status == api.NodeOnline
+		}
+		for _, n := range names {
+			if !online[n] {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// taskKey is one run of one step on one node.
+type taskKey struct {
+	job, node     string
+	step, attempt int
+}
+
+// taskRuns counts the "task started" lines of agents' JSON logs per (job,
+// step, node, attempt), and the attempts per (job, step, node).
+func taskRuns(t *testing.T, agents []*proc) (runs map[taskKey]int, perStep map[taskKey]int) {
+	t.Helper()
+	runs, perStep = map[taskKey]int{}, map[taskKey]int{}
+	for _, a := range agents {
+		for _, l := range a.logLines(t) {
+			if l["msg"] != "task started" {
+				continue
+			}
+			k := taskKey{job: str(l["job"]), node: str(l["node"]), step: num(l["step"]), attempt: num(l["attempt"])}
+			runs[k]++
+			perStep[taskKey{job: k.job, node: k.node, step: k.step}]++
+		}
+	}
+	return runs, perStep
+}
+
+func str(v any) string { s, _ := v.(string); return s }
+func num(v any) int    { f, _ := v.(float64); return int(f) }
+
+func nodeResult(j *api.Job, step int, node string) *api.NodeResult {
+	if j == nil {
+		return nil
+	}
+	return j.Results.Node(step, node)
+}
