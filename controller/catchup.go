@@ -69,3 +69,19 @@ func (r *run) catchUp(steps []api.FlatStep, nr map[string]*nodeRun, now time.Tim
 		r.c.publishCommand(r.stepCtx(s), api.NodeCommandSubject(n.id, s.Task.Backend, s.Task.Action), &cmd)
 	}
 }
+
+// unreachableGrace is how long a node must have been offline before its
+// waiting step fails as unreachable. An agent that shuts down gracefully
+// publishes its last results and then deregisters; the results stream and
+// the nodes bucket reach this controller on different consumers, so the
+// deregistration can overtake a result that is already stored.
+const unreachableGrace = 2 * time.Second
+
+// offlineLongEnough records when the node was first seen offline and
+// reports whether unreachableGrace has passed since.
+func (n *nodeRun) offlineLongEnough(now time.Time) bool {
+	if n.offlineAt.IsZero() {
+		n.offlineAt = now
+	}
+	return now.Sub(n.offlineAt) >= unreachableGrace
+}

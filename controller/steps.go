@@ -21,6 +21,9 @@ type nodeRun struct {
 	sentAt   time.Time // when the current attempt was dispatched
 	heard    bool      // whether the current attempt has answered
 	catchUp  catchUpState
+	// offlineAt is when the node was first seen offline while a command
+	// was out (zero while online).
+	offlineAt time.Time
 }
 
 // runSteps drives nodes through steps, the seed's barrier step (one leaf,
@@ -217,6 +220,10 @@ func (r *run) failUnreachable(steps []api.FlatStep, nr map[string]*nodeRun, comp
 			continue
 		}
 		if r.c.reg.online(n.id, now) {
+			n.offlineAt = time.Time{}
+			continue
+		}
+		if !n.offlineLongEnough(now) {
 			continue
 		}
 		s := steps[n.cursor]
