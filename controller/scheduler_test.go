@@ -1,32 +1,17 @@
 package controller_test
 
 import (
-	"context"
 	"testing"
-	"time"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
 	"github.com/gridfleet/terraform-provider-grid/internal/fleet"
 	"github.com/gridfleet/terraform-provider-grid/internal/fleet/fleettest"
 )
 
+// submitWait submits a job file's text and waits for the job to end.
 func submitWait(t *testing.T, f *fleet.Fleet, yaml string) *api.Job {
 	t.Helper()
-	spec, err := api.ParseJobSpec([]byte(yaml))
-	if err != nil {
-		t.Fatalf("parse job: %v", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	j, err := f.Client().SubmitJob(ctx, spec)
-	if err != nil {
-		t.Fatalf("submit: %v", err)
-	}
-	j, err = f.Client().WaitJob(ctx, j.ID)
-	if err != nil {
-		t.Fatalf("wait: %v", err)
-	}
-	return j
+	return wait(t, f, submit(t, f, yaml).ID)
 }
 
 func TestBarrierOnGroup(t *testing.T) {
