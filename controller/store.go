@@ -67,7 +67,9 @@ func (s *jobStore) updateRaw(ctx context.Context, id string, b []byte, rev uint6
 		if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
 			return 0, errConflict
 		}
-		if errors.Is(err, jetstream.ErrKeyExists) {
+		// Replicated (R3) buckets report a revision conflict with another
+		// code; ErrKeyRevisionMismatch matches both.
+		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 			return 0, errConflict
 		}
 		return 0, fmt.Errorf("update job %s: %w", id, err)
