@@ -24,6 +24,13 @@ func TestClusterSurvivesControllerKill(t *testing.T) {
 	const jobs = 300
 	dir := t.TempDir()
 	specs := newCtlSpecs(t, dir, 3, 3)
+	for _, s := range specs {
+		// A controller's watch of the nodes bucket that was served by the
+		// dead server is re-created after its idle heartbeat is missed
+		// (several seconds); node_offline_after must outlast that gap, or
+		// every node looks offline meanwhile. The default (30s) does.
+		s.nodeOffline = "12s"
+	}
 	ctls := make([]*proc, len(specs))
 	startAt := time.Now()
 	for i, s := range specs {
