@@ -154,7 +154,7 @@ func (c *Controller) Start(ctx context.Context) error {
 	runCtx, stopRuns := context.WithCancel(context.Background())
 	c.reg = newRegistry(c.log, c.cfg.NodeOfflineAfter.D(), schemasKV)
 	c.reg.heartbeats = c.metrics.heartbeats
-	if err := c.reg.watch(runCtx, nodesKV); err != nil {
+	if err := c.reg.watch(runCtx, c.nc, nodesKV); err != nil {
 		stopRuns()
 		return fail(fmt.Errorf("watch nodes: %w", err))
 	}

@@ -4,11 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -29,6 +32,9 @@ type registry struct {
 	// waiting steps notice a node going offline at once.
 	changed chan struct{}
 	rr      uint64
+	// heardAt is when this controller last received each node's
+	// registry put on its core subscription (see watch).
+	heardAt map[string]time.Time
 	// heartbeats counts node puts (registrations and heartbeats); nil
 	// counts nothing.
 	heartbeats prometheus.Counter
@@ -36,12 +42,40 @@ type registry struct {
 
 func newRegistry(log *slog.Logger, offlineAfter time.Duration, schemasKV jetstream.KeyValue) *registry {
 	return &registry{log: log, offlineAfter: offlineAfter, schemasKV: schemasKV,
-		nodes: map[string]*api.NodeInfo{}, schemas: map[string][]api.BackendSchema{}, changed: make(chan struct{})}
+		nodes: map[string]*api.NodeInfo{}, heardAt: map[string]time.Time{}, schemas: map[string][]api.BackendSchema{}, changed: make(chan struct{})}
 }
 
 // watch follows the nodes bucket until ctx ends. It returns once the initial
 // values are loaded.
-func (r *registry) watch(ctx context.Context, kv jetstream.KeyValue) error {
+//
+// Liveness does not rest on the KV watch alone. The watch is an ordered
+// consumer on one server of the cluster; when that server dies the watch
+// stalls until the client notices the missed idle heartbeats and re-creates
+// it elsewhere, and every node would look silent meanwhile. A put to the
+// bucket is also a plain message on $KV.nodes.<id>, delivered to core
+// subscribers without the stream, so a core subscription (re-established
+// at once by the client on reconnect, served by this controller's own
+// server) records when each node was last heard. It only marks the time;
+// node contents and status changes come from the watch, in order.
+func (r *registry) watch(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue) error {
+	prefix := "$KV." + api.BucketNodes + "."
+	sub, err := nc.Subscribe(prefix+">", func(m *nats.Msg) {
+		id, ok := strings.CutPrefix(m.Subject, prefix)
+		if !ok || id == "" {
+			return
+		}
+		now := time.Now()
+		r.mu.Lock()
+		r.heardAt[id] = now
+		r.mu.Unlock()
+	})
+	if err != nil {
+		return fmt.Errorf("subscribe node heartbeats: %w", err)
+	}
+	// Heartbeats come at 1/heartbeat_interval per node; at 10,000 nodes a
+	// burst of registrations must not hit the default pending limit.
+	_ = sub.SetPendingLimits(-1, 64<<20)
+	context.AfterFunc(ctx, func() { _ = sub.Unsubscribe() })
 	w, err := kv.WatchAll(ctx)
 	if err != nil {
 		return err
@@ -81,6 +115,7 @@ func (r *registry) apply(ctx context.Context, e jetstream.KeyValueEntry) {
 	if e.Operation() != jetstream.KeyValuePut {
 		r.mu.Lock()
 		delete(r.nodes, e.Key())
+		delete(r.heardAt, e.Key())
 		r.notifyLocked()
 		r.mu.Unlock()
 		return
@@ -140,7 +175,8 @@ func (r *registry) changes() <-chan struct{} {
 }
 
 // online reports whether a node is registered, not offline, and heard from
-// recently.
+// recently: by its own last_seen or by when this controller last received a
+// put of it, whichever is later.
 func (r *registry) online(id string, now time.Time) bool {
 	r.mu.RLock()
 	n := r.nodes[id]
@@ -149,7 +185,14 @@ func (r *registry) online(id string, now time.Time) bool {
 }
 
 func (r *registry) isOnline(n *api.NodeInfo, now time.Time) bool {
-	return n.Status == api.NodeOnline && now.Sub(n.LastSeen) <= r.offlineAfter
+	if n.Status != api.NodeOnline {
+		return false
+	}
+	seen := n.LastSeen
+	if h := r.heardAt[n.ID]; h.After(seen) {
+		seen = h
+	}
+	return now.Sub(seen) <= r.offlineAfter
 }
 
 // view returns a node as the API shows it: status derived from the
