@@ -49,6 +49,9 @@ type Controller struct {
 	started time.Time
 	ready   bool
 	done    chan struct{}
+	// stopping is closed when shutdown begins; writes that would otherwise
+	// retry until they land give up then (a restart or a peer resumes).
+	stopping chan struct{}
 
 	metrics *metrics
 	pending pendingEstimate
@@ -61,7 +64,7 @@ func New(cfg Config) (*Controller, error) {
 		return nil, fmt.Errorf("controller config: %w", err)
 	}
 	c := &Controller{cfg: cfg, log: cfg.logger(), runs: map[string]*run{},
-		slots: make(chan struct{}, cfg.MaxConcurrent), done: make(chan struct{}),
+		slots: make(chan struct{}, cfg.MaxConcurrent), done: make(chan struct{}), stopping: make(chan struct{}),
 		tracer: telemetry.Tracer(cfg.TracerProvider)}
 	c.metrics = newMetrics(c)
 	return c, nil
@@ -202,6 +205,7 @@ func (c *Controller) Start(ctx context.Context) error {
 
 func (c *Controller) shutdown(stopRuns context.CancelFunc, schedDone chan struct{}, cancelSub *nats.Subscription, stopNATS context.CancelFunc) {
 	defer close(c.done)
+	close(c.stopping)
 	c.mu.Lock()
 	c.ready = false
 	runs := make([]*run, 0, len(c.runs))

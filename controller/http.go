@@ -88,10 +88,25 @@ func (c *Controller) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	}
 	stampTrace(r.Context(), job)
 	if _, err := c.jobs.create(r.Context(), job); err != nil {
+		// The write may have landed without its answer (a server failing
+		// over); such a job has no request and would stay pending, so
+		// mark it failed if it exists.
+		mctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, _, _ = c.jobs.mutate(mctx, job.ID, func(j *api.Job) bool {
+			if j.Status != api.JobPending {
+				return false
+			}
+			j.Status, j.Error = api.JobFailed, "could not store the job: "+err.Error()
+			return true
+		})
 		writeError(w, http.StatusServiceUnavailable, err.Error())
 		return
 	}
-	if _, err := c.js.Publish(r.Context(), api.RequestSubject(job.ID), []byte(job.ID)); err != nil {
+	// The message id makes a retried publish harmless (the stream drops a
+	// duplicate), so it can ride out a stream leader election in a cluster.
+	if _, err := c.js.Publish(r.Context(), api.RequestSubject(job.ID), []byte(job.ID),
+		jetstream.WithMsgID(job.ID), jetstream.WithRetryAttempts(20), jetstream.WithRetryWait(250*time.Millisecond)); err != nil {
 		// Without its request no scheduler would ever see the job.
 		_, _, _ = c.jobs.mutate(context.Background(), job.ID, func(j *api.Job) bool {
 			j.Status, j.Error = api.JobFailed, "could not queue the job: "+err.Error()

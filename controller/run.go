@@ -108,8 +108,17 @@ func (r *run) flushLoop() {
 		case <-time.After(wait):
 		}
 		start := time.Now()
-		r.flush()
+		err := r.flush()
 		wait = min(max(interval, 10*time.Since(start)), maxFlushInterval)
+		if err != nil && !errors.Is(err, errLostOwnership) {
+			// The job is still dirty: try again after the wait rather
+			// than only at its next change.
+			wait = max(wait, 250*time.Millisecond)
+			select {
+			case r.flushKick <- struct{}{}:
+			default:
+			}
+		}
 	}
 }
 
@@ -121,13 +130,13 @@ const maxFlushInterval = 5 * time.Second
 // another controller): the stored status wins if it is terminal. The job is
 // encoded under mu and written without it, so results keep flowing into
 // the run while a big job is written.
-func (r *run) flush() {
+func (r *run) flush() error {
 	r.flushMu.Lock()
 	defer r.flushMu.Unlock()
 	r.mu.Lock()
 	if !r.dirty {
 		r.mu.Unlock()
-		return
+		return nil
 	}
 	id := r.job.ID
 	data, err := json.Marshal(r.job)
@@ -135,7 +144,7 @@ func (r *run) flush() {
 	r.mu.Unlock()
 	if err != nil {
 		r.log.Error("encode job", "err", err)
-		return
+		return err
 	}
 	redirty := func() {
 		r.mu.Lock()
@@ -148,24 +157,24 @@ func (r *run) flush() {
 		rev, err := r.c.jobs.updateRaw(ctx, id, data, r.rev)
 		if err == nil {
 			r.rev = rev
-			return
+			return nil
 		}
 		if !errors.Is(err, errConflict) {
 			r.log.Warn("write job", "err", err)
 			redirty()
-			return
+			return err
 		}
 		stored, srev, gerr := r.c.jobs.get(ctx, id)
 		if gerr != nil {
 			r.log.Warn("re-read job after conflict", "err", gerr)
 			redirty()
-			return
+			return gerr
 		}
 		r.rev = srev
 		if stored.Owner != r.c.id {
 			// Presumed dead and taken over: stop without writing.
 			r.cancel(errLostOwnership)
-			return
+			return errLostOwnership
 		}
 		r.mu.Lock()
 		terminal := r.job.Status.Terminal()
@@ -175,10 +184,34 @@ func (r *run) flush() {
 		}
 	}
 	redirty()
+	return errConflict
 }
 
 func (r *run) flushNow() {
-	r.flush()
+	_ = r.flush()
+}
+
+// flushFinal writes the job's final state and keeps trying until it lands:
+// a write can fail while a clustered server fails over ("no response from
+// stream"), and a finished job whose last write was lost would look
+// running forever, since its owner is alive and nobody takes it over. It
+// gives up only when another controller owns the job or this one stops
+// (then a restart or a peer resumes the job from its stored state).
+func (r *run) flushFinal() {
+	delay := 100 * time.Millisecond
+	for {
+		err := r.flush()
+		if err == nil || errors.Is(err, errLostOwnership) {
+			return
+		}
+		select {
+		case <-r.c.stopping:
+			r.log.Warn("final state of the job not written before shutdown", "err", err)
+			return
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 2*time.Second)
+	}
 }
 
 // deliver hands a result to the run; it never blocks the consumer for long.
@@ -241,7 +274,7 @@ func (r *run) execute() {
 		j.Error = errMsg
 		j.FinishedAt = &now
 	})
-	r.flushNow()
+	r.flushFinal()
 	endJobSpan(r.span, status, errMsg)
 	r.log.Info("job finished", "status", status, "error", errMsg)
 	r.c.jobFinished(r, status)

@@ -75,6 +75,10 @@ func (c *Controller) schedule(ctx context.Context) {
 	}
 }
 
+// missingJobGrace is how long a request whose job cannot be read is retried
+// before it is dropped.
+const missingJobGrace = 30 * time.Second
+
 // fetchBatch bounds how many requests one pull of the scheduler takes.
 const fetchBatch = 64
 
@@ -99,6 +103,16 @@ func (c *Controller) claim(ctx context.Context, m jetstream.Msg) bool {
 	})
 	if err != nil {
 		if errors.Is(err, api.ErrNotFound) {
+			// In a cluster a KV read may be answered by a replica that has
+			// not yet applied the job's creation (direct gets are served by
+			// followers too), so a just-submitted job can look missing. Try
+			// again for a while; only a request that still has no job after
+			// that is dropped.
+			if md, mdErr := m.Metadata(); mdErr == nil && time.Since(md.Timestamp) < missingJobGrace {
+				_ = m.NakWithDelay(250 * time.Millisecond)
+				return false
+			}
+			c.log.Warn("dropping the request of a job that does not exist", "job", id)
 			_ = m.Ack()
 			return false
 		}

@@ -89,7 +89,13 @@ func startProc(t *testing.T, dir, name string, args ...string) *proc {
 			p.wait(10 * time.Second)
 		}
 		if t.Failed() {
-			t.Logf("log of %s: %s", name, p.logPath)
+			// t.TempDir is removed after the test; keep the logs of a
+			// failed run where they can be read.
+			keep := filepath.Join(os.TempDir(), "grid-chaos-logs", t.Name())
+			if b, err := os.ReadFile(p.logPath); err == nil && os.MkdirAll(keep, 0o755) == nil &&
+				os.WriteFile(filepath.Join(keep, name+".log"), b, 0o644) == nil {
+				t.Logf("log of %s: %s", name, filepath.Join(keep, name+".log"))
+			}
 		}
 	})
 	return p
