@@ -30,8 +30,14 @@ const (
 	// maxOutput caps a result's output so a chatty backend cannot exceed
 	// the server's payload limit.
 	maxOutput = 1 << 20
-	// publishAttempts bounds the retries of a final result.
-	publishAttempts = 5
+	// publishFor bounds how long a final result is retried. A clustered
+	// results stream can be without a leader for several seconds while a
+	// server fails over, and a result given up on leaves its step waiting
+	// for the task timeout; the message id keeps retries from being stored
+	// twice within the stream's duplicate window (2m).
+	publishFor = 2 * time.Minute
+	// publishBackoffMax caps the wait between retries.
+	publishBackoffMax = 2 * time.Second
 )
 
 // task is one accepted command.
@@ -287,19 +293,25 @@ func (a *Agent) storeFinal(traceCtx context.Context, log *slog.Logger, subject s
 	msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}
 	bus.InjectTrace(traceCtx, msg)
 	backoff := 100 * time.Millisecond
+	giveUp := time.Now().Add(publishFor)
 	for i := 1; ; i++ {
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 		_, err = a.js.PublishMsg(ctx, msg, jetstream.WithMsgID(msgID))
 		cancel()
 		if err == nil {
+			if i > 1 {
+				log.Info("final result published after retries", "tries", i)
+			}
 			return
 		}
-		if errors.Is(err, nats.ErrConnectionClosed) || i == publishAttempts {
+		if errors.Is(err, nats.ErrConnectionClosed) || time.Now().Add(backoff).After(giveUp) {
 			break
 		}
-		log.Warn("publishing final result failed; retrying", "try", i, "err", err)
+		if i < 5 || i%10 == 0 {
+			log.Warn("publishing final result failed; retrying", "try", i, "err", err)
+		}
 		time.Sleep(backoff)
-		backoff *= 2
+		backoff = min(2*backoff, publishBackoffMax)
 	}
 	log.Error("final result lost", "subject", subject, "err", err)
 }
