@@ -21,7 +21,11 @@ func (c *Controller) ensureSchedulerConsumer(ctx context.Context) (jetstream.Con
 		cons, err := c.js.CreateOrUpdateConsumer(cctx, api.StreamRequests, jetstream.ConsumerConfig{
 			Durable:       schedulerConsumer,
 			AckPolicy:     jetstream.AckExplicitPolicy,
-			AckWait:       30 * time.Second,
+			// A request fetched by a controller that dies before claiming
+			// it goes to another after AckWait. Claims are a few KV round
+			// trips and compare-and-swap, so a slow one redelivered meanwhile
+			// is harmless.
+			AckWait:       10 * time.Second,
 			MaxAckPending: 10000,
 		})
 		cancel()
