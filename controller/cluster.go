@@ -19,8 +19,8 @@ func (c *Controller) ensureSchedulerConsumer(ctx context.Context) (jetstream.Con
 	for try := 1; ; try++ {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		cons, err := c.js.CreateOrUpdateConsumer(cctx, api.StreamRequests, jetstream.ConsumerConfig{
-			Durable:       schedulerConsumer,
-			AckPolicy:     jetstream.AckExplicitPolicy,
+			Durable:   schedulerConsumer,
+			AckPolicy: jetstream.AckExplicitPolicy,
 			// A request fetched by a controller that dies before claiming
 			// it goes to another after AckWait. Claims are a few KV round
 			// trips and compare-and-swap, so a slow one redelivered meanwhile
