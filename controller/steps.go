@@ -151,7 +151,7 @@ func (r *run) runSteps(steps []api.FlatStep, nodes []string, entryFailed, barrie
 					continue
 				}
 				final := tr.Status == api.StepSuccess || tr.Attempt > s.Task.MaxRetries
-				r.c.metrics.taskResults.WithLabelValues(s.Task.Backend, s.Task.Action, string(tr.Status)).Inc()
+				r.c.metrics.taskResults.WithLabelValues(s.Task.Backend, s.Task.Action, tr.Status).Inc()
 				r.setNodeResult(s.Index, n.id, func(res *api.NodeResult) {
 					res.Output, res.Error, res.Changed, res.Facts = tr.Output, tr.Error, tr.Changed, tr.Facts
 					res.Duration = tr.Duration

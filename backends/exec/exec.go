@@ -199,13 +199,13 @@ type session struct {
 
 // handle processes one stdout line and returns the final result or error
 // once the program has given one (done is then true).
-func (s *session) handle(line []byte) (res *backends.Result, err error, done bool) {
+func (s *session) handle(line []byte) (res *backends.Result, done bool, err error) {
 	var r response
 	if json.Unmarshal(line, &r) != nil || r.Status == "" {
 		// Not protocol: keep it as log output rather than failing on a
 		// stray print.
 		_, _ = s.other.Write(append(line, '\n'))
-		return nil, nil, false
+		return nil, false, nil
 	}
 	switch r.Status {
 	case "progress":
@@ -214,17 +214,17 @@ func (s *session) handle(line []byte) (res *backends.Result, err error, done boo
 			msg = r.Msg
 		}
 		s.progress(max(0, min(100, int(r.Pct))), msg)
-		return nil, nil, false
+		return nil, false, nil
 	case "done":
-		return s.result(r.Result), nil, true
+		return s.result(r.Result), true, nil
 	case "error":
 		if r.Error == "" {
 			r.Error = "failed without a message"
 		}
-		return &backends.Result{Output: s.other.String()}, errors.New(r.Error), true
+		return &backends.Result{Output: s.other.String()}, true, errors.New(r.Error)
 	}
 	_, _ = s.other.Write(append(line, '\n'))
-	return nil, nil, false
+	return nil, false, nil
 }
 
 func (s *session) result(raw json.RawMessage) *backends.Result {
@@ -289,7 +289,7 @@ func runOneshot(ctx context.Context, name string, spec ProgramSpec, line []byte,
 		scanErr error
 	)
 	for sc.Scan() {
-		if res, runErr, final = s.handle(sc.Bytes()); final {
+		if res, final, runErr = s.handle(sc.Bytes()); final {
 			// The answer is in; the program gets a moment to exit, then
 			// its group is killed so that Wait cannot hang.
 			timer = time.AfterFunc(exitGrace, func() { proc.KillGroup(cmd.Process, 0) })
@@ -451,7 +451,7 @@ func (d *daemon) run(ctx context.Context, line []byte, progress func(int, string
 				d.cmd = nil
 				return &backends.Result{Output: s.other.String() + d.stderr.String()}, err
 			}
-			res, err, final := s.handle(l)
+			res, final, err := s.handle(l)
 			if !final {
 				continue
 			}

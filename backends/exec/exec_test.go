@@ -61,7 +61,7 @@ func (p *progressLog) report(pct int, msg string) {
 	p.mu.Unlock()
 }
 
-func run(t *testing.T, b *Backend, ctx context.Context, program string, in map[string]any, p *progressLog) (*backends.Result, error) {
+func run(ctx context.Context, t *testing.T, b *Backend, program string, in map[string]any, p *progressLog) (*backends.Result, error) {
 	t.Helper()
 	if p == nil {
 		p = &progressLog{}
@@ -125,7 +125,7 @@ func TestConformance(t *testing.T) {
 			}
 			// As JSON data, it arrives byte for byte.
 			for _, prog := range []string{"one", "dmn"} {
-				res, err := run(t, b, context.Background(), prog, map[string]any{"echo": value}, nil)
+				res, err := run(context.Background(), t, b, prog, map[string]any{"echo": value}, nil)
 				if err != nil || res.Facts["echo"] != value {
 					t.Errorf("%s echo %q: %v %v", prog, value, err, res.Facts)
 				}
@@ -180,7 +180,7 @@ func TestProtocol(t *testing.T) {
 		} {
 			t.Run(prog+"/"+tc.name, func(t *testing.T) {
 				p := &progressLog{}
-				res, err := run(t, b, context.Background(), prog, tc.in, p)
+				res, err := run(context.Background(), t, b, prog, tc.in, p)
 				if tc.wantErr != nil {
 					for _, w := range tc.wantErr {
 						if err == nil || !strings.Contains(err.Error(), w) {
@@ -208,7 +208,7 @@ func TestProtocol(t *testing.T) {
 
 func TestArgvAndRequest(t *testing.T) {
 	b := newBackend(t)
-	res, err := run(t, b, context.Background(), "one", map[string]any{"echo": "x"}, nil)
+	res, err := run(context.Background(), t, b, "one", map[string]any{"echo": "x"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +227,7 @@ func TestLifecycle(t *testing.T) {
 	b := newBackend(t)
 	pid := func(prog string) float64 {
 		t.Helper()
-		res, err := run(t, b, context.Background(), prog, map[string]any{"echo": 1}, nil)
+		res, err := run(context.Background(), t, b, prog, map[string]any{"echo": 1}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -241,7 +241,7 @@ func TestLifecycle(t *testing.T) {
 	pids := make(chan float64, 8)
 	for range 8 {
 		wg.Go(func() {
-			res, err := run(t, b, context.Background(), "dmn", map[string]any{"echo": 1}, nil)
+			res, err := run(context.Background(), t, b, "dmn", map[string]any{"echo": 1}, nil)
 			if err != nil {
 				t.Error(err)
 				return
@@ -256,7 +256,7 @@ func TestLifecycle(t *testing.T) {
 			t.Errorf("daemon request served by pid %v, want %v", p, first)
 		}
 	}
-	if _, err := run(t, b, context.Background(), "dmn", map[string]any{"exit": 1}, nil); err == nil {
+	if _, err := run(context.Background(), t, b, "dmn", map[string]any{"exit": 1}, nil); err == nil {
 		t.Fatal("crash reported no error")
 	}
 	if second := pid("dmn"); second == first {
@@ -269,12 +269,12 @@ func TestDaemonCancel(t *testing.T) {
 	pidfile := filepath.Join(t.TempDir(), "pid")
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	_, err := run(t, b, ctx, "dmn", map[string]any{"sleep": pidfile}, nil)
+	_, err := run(ctx, t, b, "dmn", map[string]any{"sleep": pidfile}, nil)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("err = %v, want deadline exceeded", err)
 	}
 	waitDead(t, pidfile)
-	if res, err := run(t, b, context.Background(), "dmn", map[string]any{"echo": "after"}, nil); err != nil || res.Facts["echo"] != "after" {
+	if res, err := run(context.Background(), t, b, "dmn", map[string]any{"echo": "after"}, nil); err != nil || res.Facts["echo"] != "after" {
 		t.Errorf("daemon after cancel: %v %v", err, res)
 	}
 }
@@ -283,7 +283,7 @@ func TestTimeout(t *testing.T) {
 	b := newBackend(t)
 	pidfile := filepath.Join(t.TempDir(), "pid")
 	start := time.Now()
-	_, err := run(t, b, context.Background(), "slow", map[string]any{"sleep": pidfile}, nil)
+	_, err := run(context.Background(), t, b, "slow", map[string]any{"sleep": pidfile}, nil)
 	if err == nil || !strings.Contains(err.Error(), "timed out after 500ms") || !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("err = %v, want the program's timeout", err)
 	}

@@ -67,7 +67,7 @@ func EnsureTopologyRetry(ctx context.Context, js jetstream.JetStream, t Topology
 			case <-ctx.Done():
 				return fmt.Errorf("JetStream not ready after %s (with replicas %d, at least %d servers of the cluster must be up and routed to each other): %w",
 					time.Since(start).Round(time.Second), t.Replicas, t.Replicas, err)
-			case <-time.After(time.Duration(50+rand.IntN(250)) * time.Millisecond):
+			case <-time.After(time.Duration(50+rand.IntN(250)) * time.Millisecond): //nolint:gosec // jitter between retries, not a secret
 			}
 			tryTimeout = min(tryTimeout*2, 5*time.Second)
 		}
