@@ -86,6 +86,7 @@ before. The controller stops on SIGINT or SIGTERM.`,
 	f.StringVar(&o.flags.ClusterAddr, "cluster-addr", def.ClusterAddr, "embedded NATS cluster listen address for routes from peers (host:port)")
 	f.StringSliceVar(&o.flags.Routes, "routes", def.Routes, "peers' cluster addresses, comma-separated (nats://host:port,...)")
 	f.IntVar(&o.flags.Replicas, "replicas", def.Replicas, "replicas of every stream and bucket: 1, or 3 in a cluster of three or more")
+	f.StringVar(&o.flags.DebugAddr, "debug-addr", def.DebugAddr, "serve the Go profiler (/debug/pprof/) and runtime memory figures (/debug/memory) on this host:port (off when empty)")
 	o.logs.register(f, "info")
 	return cmd
 }
@@ -121,5 +122,6 @@ func controllerConfig(fs flagChanged, configFile string, flags *controller.Confi
 	setIfChanged(fs, "cluster-addr", &cfg.ClusterAddr, flags.ClusterAddr)
 	setIfChanged(fs, "routes", &cfg.Routes, flags.Routes)
 	setIfChanged(fs, "replicas", &cfg.Replicas, flags.Replicas)
+	setIfChanged(fs, "debug-addr", &cfg.DebugAddr, flags.DebugAddr)
 	return cfg, nil
 }

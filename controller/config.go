@@ -64,6 +64,10 @@ type Config struct {
 	ControllerStaleAfter config.Duration `yaml:"controller_stale_after"`
 	// MaxBodyBytes caps request bodies; larger ones get 413.
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+	// DebugAddr, when set, serves the Go profiler (/debug/pprof/) and the
+	// runtime's memory classes (/debug/memory) on this host:port. Off by
+	// default: profiles show the process's internals to whoever connects.
+	DebugAddr string `yaml:"debug_addr"`
 
 	// Logger receives the controller's logs; nil logs nothing.
 	Logger *slog.Logger `yaml:"-"`
@@ -133,6 +137,11 @@ func (c Config) Validate() error {
 	} {
 		if d <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive", name))
+		}
+	}
+	if c.DebugAddr != "" {
+		if _, _, err := net.SplitHostPort(c.DebugAddr); err != nil {
+			errs = append(errs, fmt.Errorf("debug_addr %q: want host:port", c.DebugAddr))
 		}
 	}
 	if c.MaxBodyBytes < 1024 {
