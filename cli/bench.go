@@ -229,8 +229,9 @@ all of them online; then let them heartbeat for --settle and read memory.
 Embedded, the figures are this process's RSS (/proc/self/status VmRSS) and
 Go heap in use: the controller, its NATS server and every simulated agent
 together. Against an existing deployment (--addr, --nats), the controller's
-own RSS and heap come from its /metrics, and this process's figures are the
-agents'.`,
+own RSS, heap and goroutine stacks, and its CPU use during the settle (percent
+of one core), come from its /metrics, and this process's figures are the
+agents'. The agents stay online and heartbeating until memory is read.`,
 		Args: exactArgs(),
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
 			ctx, env, done, err := benchSetup(cmd, g, bf)
@@ -248,12 +249,17 @@ agents'.`,
 				s = bf.heartbeat
 			}
 			_, _ = fmt.Fprintf(g.stderr, "bench: %d agents online after %.2fs; heartbeating for %s\n", bf.agents, took.Seconds(), s)
+			cpu0, cpuErr := env.ControllerCPU(ctx)
+			settleStart := time.Now()
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
 			case <-time.After(s):
 			}
 			r := bench.RegisterReport{Agents: bf.agents, Seconds: float64(took.Milliseconds()) / 1000, SettledSeconds: s.Seconds()}
+			if cpu1, err := env.ControllerCPU(ctx); cpuErr == nil && err == nil {
+				r.ControllerCPUPercent = (cpu1 - cpu0) / time.Since(settleStart).Seconds() * 100
+			}
 			env.Memory(ctx, &r)
 			return printBench(g, r)
 		}),

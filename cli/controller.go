@@ -51,6 +51,11 @@ before. The controller stops on SIGINT or SIGTERM.`,
 
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			if limit, why := cfg.RunMemoryLimit(ctx, os.Getenv, logger); limit > 0 {
+				logger.Info("soft memory limit", "limit", controller.ByteSize(limit).String(), "at_least", "twice the live heap")
+			} else {
+				logger.Info("no soft memory limit set by grid", "because", why)
+			}
 			stopTracing, err := telemetry.StartTracing(ctx, "grid-controller", g.stderr, logger)
 			if err != nil {
 				return usageErrorf("%w", err)
@@ -86,6 +91,9 @@ before. The controller stops on SIGINT or SIGTERM.`,
 	f.StringVar(&o.flags.ClusterAddr, "cluster-addr", def.ClusterAddr, "embedded NATS cluster listen address for routes from peers (host:port)")
 	f.StringSliceVar(&o.flags.Routes, "routes", def.Routes, "peers' cluster addresses, comma-separated (nats://host:port,...)")
 	f.IntVar(&o.flags.Replicas, "replicas", def.Replicas, "replicas of every stream and bucket: 1, or 3 in a cluster of three or more")
+	o.flags.MemoryLimit = def.MemoryLimit
+	f.Var(&o.flags.MemoryLimit, "memory-limit", "soft memory limit of the Go runtime for this process, e.g. 300MiB; 0 for none (GOMEMLIMIT or GOGC in the environment take precedence)")
+	f.StringVar(&o.flags.DebugAddr, "debug-addr", def.DebugAddr, "serve the Go profiler (/debug/pprof/) and runtime memory figures (/debug/memory) on this host:port (off when empty)")
 	o.logs.register(f, "info")
 	return cmd
 }
@@ -121,5 +129,7 @@ func controllerConfig(fs flagChanged, configFile string, flags *controller.Confi
 	setIfChanged(fs, "cluster-addr", &cfg.ClusterAddr, flags.ClusterAddr)
 	setIfChanged(fs, "routes", &cfg.Routes, flags.Routes)
 	setIfChanged(fs, "replicas", &cfg.Replicas, flags.Replicas)
+	setIfChanged(fs, "debug-addr", &cfg.DebugAddr, flags.DebugAddr)
+	setIfChanged(fs, "memory-limit", &cfg.MemoryLimit, flags.MemoryLimit)
 	return cfg, nil
 }

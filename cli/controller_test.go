@@ -4,6 +4,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/gridfleet/terraform-provider-grid/controller"
 )
 
 // TestControllerConfigLayers checks the order: defaults, then the file,
@@ -47,5 +49,45 @@ func TestControllerConfigLayers(t *testing.T) {
 	}
 	if _, err := controllerConfig(cmd.Flags(), bad, &o.flags); exitCode(err) != ExitUsage {
 		t.Errorf("misspelt key: %v", err)
+	}
+}
+
+// TestControllerMemoryAndDebugFlags checks that --memory-limit and
+// --debug-addr override the file, and that the default limit survives when
+// neither sets it.
+func TestControllerMemoryAndDebugFlags(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "controller.yaml")
+	if err := os.WriteFile(file, []byte("memory_limit: 1GiB\ndebug_addr: 127.0.0.1:6060\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o := &controllerOptions{}
+	cmd := controllerCommand(&globals{}, o)
+	if err := cmd.Flags().Parse([]string{"--memory-limit", "256MiB"}); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := controllerConfig(cmd.Flags(), file, &o.flags)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.MemoryLimit != 256<<20 { // the flag beats the file
+		t.Errorf("memory limit %s", cfg.MemoryLimit)
+	}
+	if cfg.DebugAddr != "127.0.0.1:6060" { // from the file
+		t.Errorf("debug addr %q", cfg.DebugAddr)
+	}
+
+	o = &controllerOptions{}
+	cmd = controllerCommand(&globals{}, o)
+	if err := cmd.Flags().Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	if cfg, err = controllerConfig(cmd.Flags(), "", &o.flags); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.MemoryLimit != controller.DefaultMemoryLimit || cfg.DebugAddr != "" {
+		t.Errorf("defaults: memory limit %s, debug addr %q", cfg.MemoryLimit, cfg.DebugAddr)
+	}
+	if err := cmd.Flags().Parse([]string{"--memory-limit", "300MB"}); err == nil {
+		t.Error("--memory-limit 300MB accepted (the units are GOMEMLIMIT's: MiB, GiB)")
 	}
 }

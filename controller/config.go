@@ -64,6 +64,19 @@ type Config struct {
 	ControllerStaleAfter config.Duration `yaml:"controller_stale_after"`
 	// MaxBodyBytes caps request bodies; larger ones get 413.
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+	// DebugAddr, when set, serves the Go profiler (/debug/pprof/) and the
+	// runtime's memory classes (/debug/memory) on this host:port. Off by
+	// default: profiles show the process's internals to whoever connects.
+	DebugAddr string `yaml:"debug_addr"`
+	// MemoryLimit is the Go runtime's soft memory limit for the controller's
+	// process (runtime/debug.SetMemoryLimit), set by "grid controller" at
+	// start. Near it the garbage collector runs more often, which shrinks
+	// goroutine stacks (two per NATS client connection) and returns freed
+	// memory to the OS, at a CPU cost; it is a target, not a cap (the
+	// runtime lets the heap exceed it rather than collect all the time).
+	// 0 sets none. GOMEMLIMIT or GOGC in the environment take precedence:
+	// with either set, the runtime's own settings are left alone.
+	MemoryLimit ByteSize `yaml:"memory_limit"`
 
 	// Logger receives the controller's logs; nil logs nothing.
 	Logger *slog.Logger `yaml:"-"`
@@ -90,6 +103,7 @@ func DefaultConfig() Config {
 		HeartbeatInterval:    config.Duration(5 * time.Second),
 		ControllerStaleAfter: config.Duration(15 * time.Second),
 		MaxBodyBytes:         api.MaxJobFileBytes,
+		MemoryLimit:          DefaultMemoryLimit,
 	}
 }
 
@@ -134,6 +148,14 @@ func (c Config) Validate() error {
 		if d <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive", name))
 		}
+	}
+	if c.DebugAddr != "" {
+		if _, _, err := net.SplitHostPort(c.DebugAddr); err != nil {
+			errs = append(errs, fmt.Errorf("debug_addr %q: want host:port", c.DebugAddr))
+		}
+	}
+	if c.MemoryLimit < 0 || (c.MemoryLimit > 0 && c.MemoryLimit < minMemoryLimit) {
+		errs = append(errs, fmt.Errorf("memory_limit must be 0 (none) or at least %s, got %s", ByteSize(minMemoryLimit), c.MemoryLimit))
 	}
 	if c.MaxBodyBytes < 1024 {
 		errs = append(errs, fmt.Errorf("max_body_bytes must be at least 1024, got %d", c.MaxBodyBytes))

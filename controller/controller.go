@@ -37,9 +37,11 @@ type Controller struct {
 	reg  *registry
 	jobs *jobStore
 
-	httpSrv *http.Server
-	apiURL  string
-	natsURL string
+	httpSrv  *http.Server
+	debugSrv *http.Server
+	apiURL   string
+	natsURL  string
+	debugURL string
 
 	mu   sync.Mutex
 	runs map[string]*run
@@ -78,6 +80,10 @@ func (c *Controller) APIURL() string { return c.apiURL }
 
 // NATSURL is the client URL of the embedded NATS server.
 func (c *Controller) NATSURL() string { return c.natsURL }
+
+// DebugURL is the base URL of the debug server (pprof), empty unless
+// debug_addr is set.
+func (c *Controller) DebugURL() string { return c.debugURL }
 
 // Kill drops the controller's NATS connection at once, as a crash would:
 // nothing more is written, heartbeats stop, and peers take over its jobs.
@@ -176,6 +182,13 @@ func (c *Controller) Start(ctx context.Context) error {
 		return fail(fmt.Errorf("API listen on %s: %w", c.cfg.APIAddr, err))
 	}
 	c.apiURL = "http://" + ln.Addr().String()
+	if c.cfg.DebugAddr != "" {
+		if c.debugSrv, err = c.startDebug(); err != nil {
+			_ = ln.Close()
+			stopRuns()
+			return fail(err)
+		}
+	}
 	c.httpSrv = &http.Server{Handler: c.traceHTTP(c.routes()), ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := c.httpSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -216,6 +229,9 @@ func (c *Controller) shutdown(stopRuns context.CancelFunc, schedDone chan struct
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = c.httpSrv.Shutdown(sctx)
+	if c.debugSrv != nil {
+		_ = c.debugSrv.Close()
+	}
 	_ = cancelSub.Unsubscribe()
 	for _, r := range runs {
 		r.cancel(errShutdown)

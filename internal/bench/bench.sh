@@ -44,7 +44,9 @@ nats=$(free_port)
 pids+=($!)
 ctl=$!
 for _ in $(seq 100); do curl -fs "http://127.0.0.1:$api/readyz" >/dev/null 2>&1 && break; sleep 0.1; done
-"$BIN" bench register --agents 10000 --addr "127.0.0.1:$api" --nats "nats://127.0.0.1:$nats" -o "$OUT"
+# The controller's memory is read from its /metrics after the agents have
+# heartbeated for a minute (steady state), while they are still online.
+"$BIN" bench register --agents 10000 --settle 60s --addr "127.0.0.1:$api" --nats "nats://127.0.0.1:$nats" -o "$OUT"
 echo "controller process RSS after the agents left: $(rss_mib "$ctl") MiB"
 "$BIN" bench fanout --agents 10000 --rounds 5 --addr "127.0.0.1:$api" --nats "nats://127.0.0.1:$nats" -o "$OUT"
 

@@ -338,14 +338,29 @@ func (e *Env) Memory(ctx context.Context, r *RegisterReport) {
 	}
 	if !r.Embedded {
 		vals, err := scrapeMetrics(ctx, e.apiURL+"/metrics", e.opts.Token,
-			"process_resident_memory_bytes", "go_memstats_heap_inuse_bytes")
+			"process_resident_memory_bytes", "go_memstats_heap_inuse_bytes", "go_memstats_stack_inuse_bytes")
 		if err == nil {
 			r.ControllerRSSMiB = mib(uint64(vals["process_resident_memory_bytes"]))
 			r.ControllerHeapMiB = mib(uint64(vals["go_memstats_heap_inuse_bytes"]))
+			r.ControllerStacksMiB = mib(uint64(vals["go_memstats_stack_inuse_bytes"]))
 		} else {
 			e.printf("  controller memory unavailable: %v", err)
 		}
 	}
+}
+
+// ControllerCPU reads the CPU time the controller's process has used
+// (process_cpu_seconds_total from its /metrics); only for a controller that
+// runs elsewhere.
+func (e *Env) ControllerCPU(ctx context.Context) (float64, error) {
+	if e.Embedded() {
+		return 0, errors.New("embedded controller: its CPU is this process's")
+	}
+	vals, err := scrapeMetrics(ctx, e.apiURL+"/metrics", e.opts.Token, "process_cpu_seconds_total")
+	if err != nil {
+		return 0, err
+	}
+	return vals["process_cpu_seconds_total"], nil
 }
 
 // ProcessRSS reads VmRSS of a process ("self" or a pid) from /proc.

@@ -134,6 +134,12 @@ type RegisterReport struct {
 	// own figures from its /metrics, when it runs elsewhere.
 	ControllerRSSMiB  float64 `json:"controller_rss_mib,omitempty"`
 	ControllerHeapMiB float64 `json:"controller_heap_inuse_mib,omitempty"`
+	// ControllerStacksMiB is the controller's goroutine stack memory (the
+	// embedded NATS server runs two goroutines per client connection), and
+	// ControllerCPUPercent its CPU use while the agents heartbeated during
+	// the settle, in percent of one core; both from its /metrics.
+	ControllerStacksMiB  float64 `json:"controller_stacks_mib,omitempty"`
+	ControllerCPUPercent float64 `json:"controller_cpu_percent,omitempty"`
 	// Settled is how long the agents had been heartbeating when memory was
 	// read.
 	SettledSeconds float64 `json:"settled_seconds"`
@@ -142,17 +148,18 @@ type RegisterReport struct {
 // Table prints the report for a terminal.
 func (r RegisterReport) Table(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	_, _ = fmt.Fprintln(tw, "agents\tonline after s\tcontroller\tprocess RSS MiB\theap in use MiB\tcontroller RSS MiB\tcontroller heap MiB\t")
+	_, _ = fmt.Fprintln(tw, "agents\tonline after s\tcontroller\tprocess RSS MiB\theap in use MiB\tcontroller RSS MiB\tcontroller heap MiB\tcontroller stacks MiB\tcontroller CPU %\t")
 	where := "external"
 	if r.Embedded {
 		where = "embedded"
 	}
-	ctlRSS, ctlHeap := "-", "-"
+	ctlRSS, ctlHeap, ctlStacks, ctlCPU := "-", "-", "-", "-"
 	if !r.Embedded {
 		ctlRSS, ctlHeap = fmt.Sprintf("%.1f", r.ControllerRSSMiB), fmt.Sprintf("%.1f", r.ControllerHeapMiB)
+		ctlStacks, ctlCPU = fmt.Sprintf("%.1f", r.ControllerStacksMiB), fmt.Sprintf("%.1f", r.ControllerCPUPercent)
 	}
-	_, _ = fmt.Fprintf(tw, "%d\t%.2f\t%s\t%.1f\t%.1f\t%s\t%s\t\n", r.Agents, r.Seconds, where,
-		r.ProcessRSSMiB, r.HeapInuseMiB, ctlRSS, ctlHeap)
+	_, _ = fmt.Fprintf(tw, "%d\t%.2f\t%s\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t\n", r.Agents, r.Seconds, where,
+		r.ProcessRSSMiB, r.HeapInuseMiB, ctlRSS, ctlHeap, ctlStacks, ctlCPU)
 	_ = tw.Flush()
 	if r.Embedded {
 		_, _ = fmt.Fprintln(w, "(embedded: the process RSS and heap include the controller, its NATS server and every simulated agent)")

@@ -73,3 +73,30 @@ func TestThroughputReport(t *testing.T) {
 		}
 	}
 }
+
+func TestRegisterReport(t *testing.T) {
+	r := RegisterReport{Agents: 10000, Seconds: 12.5, ProcessRSSMiB: 1400, HeapInuseMiB: 1000,
+		ControllerRSSMiB: 299.5, ControllerHeapMiB: 150, ControllerStacksMiB: 110.2, ControllerCPUPercent: 27.5, SettledSeconds: 60}
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{`"controller_rss_mib":299.5`, `"controller_stacks_mib":110.2`, `"controller_cpu_percent":27.5`, `"settled_seconds":60`} {
+		if !bytes.Contains(b, []byte(k)) {
+			t.Errorf("JSON lacks %s: %s", k, b)
+		}
+	}
+	var out bytes.Buffer
+	r.Table(&out)
+	for _, want := range []string{"controller stacks MiB", "controller CPU %", "110.2", "27.5"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, out.String())
+		}
+	}
+	r = RegisterReport{Agents: 100, Embedded: true}
+	out.Reset()
+	r.Table(&out)
+	if !strings.Contains(out.String(), "embedded") {
+		t.Errorf("embedded table:\n%s", out.String())
+	}
+}

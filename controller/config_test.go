@@ -1,0 +1,155 @@
+package controller
+
+import (
+	"context"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseByteSize(t *testing.T) {
+	for in, want := range map[string]ByteSize{
+		"0": 0, "off": 0, "1048576": 1 << 20, "300MiB": 300 << 20, "1GiB": 1 << 30,
+		"64KiB": 64 << 10, "512B": 512, " 2GiB ": 2 << 30, "1TiB": 1 << 40,
+	} {
+		got, err := ParseByteSize(in)
+		if err != nil || got != want {
+			t.Errorf("ParseByteSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "MiB", "-1MiB", "300MB", "1.5GiB", "lots", "9999999TiB"} {
+		if _, err := ParseByteSize(in); err == nil {
+			t.Errorf("ParseByteSize(%q) accepted", in)
+		}
+	}
+	for b, want := range map[ByteSize]string{0: "0", 300 << 20: "300MiB", 1 << 30: "1GiB", 1536: "1536B", 3 << 10: "3KiB"} {
+		if got := b.String(); got != want {
+			t.Errorf("%d.String() = %q, want %q", int64(b), got, want)
+		}
+	}
+}
+
+func TestConfigFileMemoryAndDebug(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "controller.yaml")
+	if err := os.WriteFile(path, []byte("memory_limit: 512MiB\ndebug_addr: 127.0.0.1:6060\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	if cfg.MemoryLimit != DefaultMemoryLimit || cfg.DebugAddr != "" {
+		t.Fatalf("defaults: memory_limit %s, debug_addr %q", cfg.MemoryLimit, cfg.DebugAddr)
+	}
+	if err := LoadConfig(path, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.MemoryLimit != 512<<20 || cfg.DebugAddr != "127.0.0.1:6060" {
+		t.Errorf("from the file: memory_limit %s, debug_addr %q", cfg.MemoryLimit, cfg.DebugAddr)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("valid config: %v", err)
+	}
+
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(bad, []byte("memory_limit: 300MB\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg = DefaultConfig()
+	if err := LoadConfig(bad, &cfg); err == nil || !strings.Contains(err.Error(), "not a size") {
+		t.Errorf("300MB (not a GOMEMLIMIT unit): %v", err)
+	}
+}
+
+func TestValidateMemoryAndDebug(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		mutate func(*Config)
+		bad    string
+	}{
+		{"no limit", func(c *Config) { c.MemoryLimit = 0 }, ""},
+		{"big limit", func(c *Config) { c.MemoryLimit = 4 << 30 }, ""},
+		{"tiny limit", func(c *Config) { c.MemoryLimit = 300 }, "memory_limit"},
+		{"negative limit", func(c *Config) { c.MemoryLimit = -1 }, "memory_limit"},
+		{"debug addr", func(c *Config) { c.DebugAddr = "127.0.0.1:0" }, ""},
+		{"debug addr without port", func(c *Config) { c.DebugAddr = "localhost" }, "debug_addr"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			tc.mutate(&cfg)
+			err := cfg.Validate()
+			switch {
+			case tc.bad == "" && err != nil:
+				t.Errorf("rejected: %v", err)
+			case tc.bad != "" && (err == nil || !strings.Contains(err.Error(), tc.bad)):
+				t.Errorf("want an error naming %s, got %v", tc.bad, err)
+			}
+		})
+	}
+}
+
+func TestMemoryLimitEnvironment(t *testing.T) {
+	env := func(kv ...string) func(string) string {
+		return func(k string) string {
+			for i := 0; i+1 < len(kv); i += 2 {
+				if kv[i] == k {
+					return kv[i+1]
+				}
+			}
+			return ""
+		}
+	}
+	cfg := DefaultConfig()
+	if got, _ := cfg.memoryLimit(env()); got != DefaultMemoryLimit {
+		t.Errorf("default: limit %d, want %d", got, DefaultMemoryLimit)
+	}
+	for _, kv := range [][]string{{"GOMEMLIMIT", "1GiB"}, {"GOGC", "50"}, {"GOGC", "off"}} {
+		if got, why := cfg.memoryLimit(env(kv...)); got != 0 || !strings.Contains(why, kv[0]) {
+			t.Errorf("%s=%s: limit %d (%s), want none naming %s", kv[0], kv[1], got, why, kv[0])
+		}
+	}
+	cfg.MemoryLimit = 0
+	if got, why := cfg.memoryLimit(env()); got != 0 || !strings.Contains(why, "memory_limit") {
+		t.Errorf("memory_limit 0: limit %d (%s)", got, why)
+	}
+
+	// RunMemoryLimit really sets it, and puts the test process's back when
+	// its context ends.
+	prev := debug.SetMemoryLimit(-1)
+	t.Cleanup(func() { debug.SetMemoryLimit(prev) })
+	cfg.MemoryLimit = 2 << 30
+	ctx, cancel := context.WithCancel(context.Background())
+	if got, _ := cfg.RunMemoryLimit(ctx, env(), nil); got != 2<<30 || debug.SetMemoryLimit(-1) != 2<<30 {
+		t.Errorf("set %d, runtime has %d", got, debug.SetMemoryLimit(-1))
+	}
+	cancel()
+	deadline := time.Now().Add(5 * time.Second)
+	for debug.SetMemoryLimit(-1) != prev && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := debug.SetMemoryLimit(-1); got != prev {
+		t.Errorf("after the context ended the runtime has %d, want the previous %d", got, prev)
+	}
+	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	if got, _ := cfg.RunMemoryLimit(ctx, env("GOMEMLIMIT", "1GiB"), nil); got != 0 || debug.SetMemoryLimit(-1) != prev {
+		t.Errorf("with GOMEMLIMIT set: set %d, runtime has %d, want it untouched (%d)", got, debug.SetMemoryLimit(-1), prev)
+	}
+}
+
+// The limit never falls below twice the live heap, so a heap that outgrows
+// the configured figure is collected as without a limit, not continuously.
+func TestEffectiveMemoryLimit(t *testing.T) {
+	for _, tc := range []struct{ limit, live, want int64 }{
+		{300 << 20, 0, 300 << 20},
+		{300 << 20, 140 << 20, 300 << 20},
+		{300 << 20, 150 << 20, 300 << 20},
+		{300 << 20, 400 << 20, 800 << 20},
+		{300 << 20, math.MaxInt64 - 1, math.MaxInt64},
+	} {
+		if got := effectiveMemoryLimit(tc.limit, tc.live); got != tc.want {
+			t.Errorf("effectiveMemoryLimit(%d, %d) = %d, want %d", tc.limit, tc.live, got, tc.want)
+		}
+	}
+}
