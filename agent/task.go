@@ -239,10 +239,12 @@ func (a *Agent) fill(t *task, r *api.TaskResult) string {
 	return api.ResultSubject(t.cmd.JobID, t.cmd.TaskIndex, a.id)
 }
 
-// publishCore sends a running or progress report; losing one is harmless,
-// so it is not acknowledged.
+// publishCore sends a running or progress report on the progress subject,
+// which no stream stores; losing one is harmless, so it is not
+// acknowledged.
 func (a *Agent) publishCore(t *task, r api.TaskResult) {
-	subject := a.fill(t, &r)
+	a.fill(t, &r)
+	subject := api.ProgressSubject(r.JobID, r.TaskIndex, r.NodeID)
 	data, err := json.Marshal(r)
 	if err != nil {
 		t.log.Warn("encode result", "err", err)

@@ -162,6 +162,14 @@ func (c *Controller) Start(ctx context.Context) error {
 		stopRuns()
 		return fail(err)
 	}
+	progressSub, err := c.nc.Subscribe(api.SubjectProgress, func(m *nats.Msg) {
+		c.routeResult(m.Subject, m.Data, false)
+	})
+	if err != nil {
+		stopRuns()
+		return fail(fmt.Errorf("subscribe progress reports: %w", err))
+	}
+	_ = progressSub.SetPendingLimits(-1, -1)
 	cancelSub, err := c.nc.Subscribe(api.SubjectCancelAll, c.onCancel)
 	if err != nil {
 		stopRuns()
@@ -195,12 +203,12 @@ func (c *Controller) Start(ctx context.Context) error {
 
 	go func() {
 		<-ctx.Done()
-		c.shutdown(stopRuns, schedDone, cancelSub, stopNATS)
+		c.shutdown(stopRuns, schedDone, []*nats.Subscription{cancelSub, progressSub}, stopNATS)
 	}()
 	return nil
 }
 
-func (c *Controller) shutdown(stopRuns context.CancelFunc, schedDone chan struct{}, cancelSub *nats.Subscription, stopNATS context.CancelFunc) {
+func (c *Controller) shutdown(stopRuns context.CancelFunc, schedDone chan struct{}, subs []*nats.Subscription, stopNATS context.CancelFunc) {
 	defer close(c.done)
 	c.mu.Lock()
 	c.ready = false
@@ -212,7 +220,9 @@ func (c *Controller) shutdown(stopRuns context.CancelFunc, schedDone chan struct
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = c.httpSrv.Shutdown(sctx)
-	_ = cancelSub.Unsubscribe()
+	for _, s := range subs {
+		_ = s.Unsubscribe()
+	}
 	for _, r := range runs {
 		r.cancel(errShutdown)
 	}
@@ -301,7 +311,7 @@ func (c *Controller) consumeResults(ctx context.Context) error {
 		return fmt.Errorf("results consumer: %w", err)
 	}
 	cc, err := cons.Consume(func(m jetstream.Msg) {
-		c.routeResult(m.Subject(), m.Data())
+		c.routeResult(m.Subject(), m.Data(), true)
 	}, jetstream.PullMaxMessages(4096))
 	if err != nil {
 		return fmt.Errorf("consume results: %w", err)
@@ -313,8 +323,13 @@ func (c *Controller) consumeResults(ctx context.Context) error {
 	return nil
 }
 
-func (c *Controller) routeResult(subject string, data []byte) {
-	// result.<job>.<step>.<node>
+// routeResult hands a result to its run. stored says it came from the
+// results stream: only a stored result may be final, so that a restarted
+// controller finds every final result it acted on. Running and progress
+// reports come on the core progress subject (or, from older agents, the
+// results stream).
+func (c *Controller) routeResult(subject string, data []byte, stored bool) {
+	// result.<job>.<step>.<node> or progress.<job>.<step>.<node>
 	parts := strings.SplitN(subject, ".", 4)
 	if len(parts) != 4 {
 		return
@@ -328,6 +343,9 @@ func (c *Controller) routeResult(subject string, data []byte) {
 	var tr api.TaskResult
 	if err := json.Unmarshal(data, &tr); err != nil {
 		c.log.Warn("malformed result", "subject", subject, "err", err)
+		return
+	}
+	if !stored && tr.Status != api.ResultRunning && tr.Status != api.ResultProgress {
 		return
 	}
 	// The subject names the sender; trust it over the body.
