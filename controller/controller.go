@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -43,6 +44,12 @@ type Controller struct {
 
 	mu   sync.Mutex
 	runs map[string]*run
+	// starts holds, by job id, channels closed when a run of the job
+	// starts here: long polls of a pending job wait on them.
+	starts map[string]*startWait
+	// livePeers is how many other controllers were alive at the last look;
+	// -1 until the first.
+	livePeers atomic.Int32
 	// slots bounds concurrently running jobs (max_concurrent).
 	slots chan struct{}
 
@@ -60,10 +67,11 @@ func New(cfg Config) (*Controller, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("controller config: %w", err)
 	}
-	c := &Controller{cfg: cfg, log: cfg.logger(), runs: map[string]*run{},
+	c := &Controller{cfg: cfg, log: cfg.logger(), runs: map[string]*run{}, starts: map[string]*startWait{},
 		slots: make(chan struct{}, cfg.MaxConcurrent), done: make(chan struct{}),
 		tracer: telemetry.Tracer(cfg.TracerProvider)}
 	c.metrics = newMetrics(c)
+	c.livePeers.Store(-1)
 	return c, nil
 }
 
@@ -188,6 +196,9 @@ func (c *Controller) Start(ctx context.Context) error {
 		}
 	}()
 
+	if _, err := c.deadControllers(setupCtx); err != nil {
+		c.log.Warn("list controllers", "err", err)
+	}
 	c.resumeOwned(runCtx)
 	schedDone := make(chan struct{})
 	go func() {
@@ -369,11 +380,53 @@ func (c *Controller) onCancel(m *nats.Msg) {
 }
 
 func (c *Controller) jobFinished(r *run, status api.JobStatus) {
-	c.metrics.observeJob(r.snapshot(), status)
+	r.mu.Lock()
+	started, finished := r.job.StartedAt, r.job.FinishedAt
+	r.mu.Unlock()
+	c.metrics.observeJob(started, finished, status)
 	c.mu.Lock()
 	delete(c.runs, r.job.ID)
 	c.mu.Unlock()
 	<-c.slots
+}
+
+// startWait is a channel closed when a run of a job starts here, shared by
+// the long polls waiting for it.
+type startWait struct {
+	ch      chan struct{}
+	waiters int
+}
+
+// onStart returns a channel closed when a run of job id starts on this
+// controller, and a function to call when no longer waiting.
+func (c *Controller) onStart(id string) (<-chan struct{}, func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	sw := c.starts[id]
+	if sw == nil {
+		sw = &startWait{ch: make(chan struct{})}
+		c.starts[id] = sw
+	}
+	sw.waiters++
+	return sw.ch, func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		sw.waiters--
+		if sw.waiters == 0 && c.starts[id] == sw {
+			delete(c.starts, id)
+		}
+	}
+}
+
+// addRun registers a run and wakes the long polls waiting for it.
+func (c *Controller) addRun(r *run) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.runs[r.job.ID] = r
+	if sw := c.starts[r.job.ID]; sw != nil {
+		close(sw.ch)
+		delete(c.starts, r.job.ID)
+	}
 }
 
 // localRun returns the run of a job this controller is executing.

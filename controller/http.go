@@ -144,15 +144,64 @@ func (c *Controller) handleGetJob(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, j)
 }
 
-// waitTerminal blocks until the job is terminal or d passes, following the
-// job's key so it answers the moment the job ends on any controller. It
-// returns the stored terminal job's JSON, or nil.
+// waitTerminal blocks until the job is terminal or d passes, and returns
+// the stored terminal job's JSON, or nil. A job this controller runs (or,
+// with no live peer, a pending job, which can then only start here) is
+// followed in memory: the answer is the JSON its run stored. Otherwise it
+// follows the job's key, so it answers the moment the job ends on any
+// controller.
 func (c *Controller) waitTerminal(ctx context.Context, id string, d time.Duration) []byte {
 	if !api.ValidToken(id) {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
+	started, stop := c.onStart(id)
+	defer stop()
+	for {
+		if r := c.localRun(id); r != nil {
+			select {
+			case <-r.settled:
+			case <-ctx.Done():
+				return nil
+			}
+			if data := r.finalJSON(); data != nil {
+				return data
+			}
+			break // stopped without ending the job: follow its key
+		}
+		data, status, err := c.jobs.getRaw(ctx, id)
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, api.ErrNotFound) {
+				return nil
+			}
+			break
+		}
+		if status.Terminal() {
+			return data
+		}
+		if status != api.JobPending || !c.alone() {
+			break
+		}
+		// Look again now and then, in case a peer has joined since the
+		// last look and takes the job.
+		select {
+		case <-started:
+			started = nil
+		case <-time.After(pendingRecheck):
+		case <-ctx.Done():
+			return nil
+		}
+	}
+	return c.watchTerminal(ctx, id)
+}
+
+// pendingRecheck is how often a long poll that waits for a pending job to
+// start here reads the job again.
+const pendingRecheck = time.Second
+
+// watchTerminal follows the job's key until it is terminal or ctx ends.
+func (c *Controller) watchTerminal(ctx context.Context, id string) []byte {
 	w, err := c.jobs.kv.Watch(ctx, id)
 	if err != nil {
 		return nil
@@ -179,10 +228,18 @@ func (c *Controller) waitTerminal(ctx context.Context, id string, d time.Duratio
 // terminalJSON reports whether a stored job's status is terminal, decoding
 // only the status (a job with 10,000 results is megabytes).
 func terminalJSON(data []byte) bool {
+	return jobStatus(data).Terminal()
+}
+
+// jobStatus decodes only the status of a stored job ("" if it cannot).
+func jobStatus(data []byte) api.JobStatus {
 	var s struct {
 		Status api.JobStatus `json:"status"`
 	}
-	return json.Unmarshal(data, &s) == nil && s.Status.Terminal()
+	if json.Unmarshal(data, &s) != nil {
+		return ""
+	}
+	return s.Status
 }
 
 func (c *Controller) handleCancel(w http.ResponseWriter, r *http.Request) {

@@ -182,13 +182,13 @@ func boolFloat(b bool) float64 {
 }
 
 // observeJob records a finished job.
-func (m *metrics) observeJob(j *api.Job, status api.JobStatus) {
+func (m *metrics) observeJob(started, finished *time.Time, status api.JobStatus) {
 	m.jobsFinished.WithLabelValues(string(status)).Inc()
-	if j.StartedAt != nil {
+	if started != nil {
 		end := time.Now()
-		if j.FinishedAt != nil {
-			end = *j.FinishedAt
+		if finished != nil {
+			end = *finished
 		}
-		m.jobDuration.WithLabelValues(string(status)).Observe(end.Sub(*j.StartedAt).Seconds())
+		m.jobDuration.WithLabelValues(string(status)).Observe(end.Sub(*started).Seconds())
 	}
 }

@@ -47,6 +47,12 @@ type run struct {
 
 	flushKick chan struct{}
 	done      chan struct{}
+	// settled is closed once the run has written its final state, or
+	// stopped without (shutdown, lost ownership); final then holds the
+	// terminal job's JSON as stored, if it wrote one.
+	settled    chan struct{}
+	settleOnce sync.Once
+	final      []byte
 
 	// span is the job's span; trace follows the steps being run.
 	span  trace.Span
@@ -131,6 +137,7 @@ func (r *run) flush() {
 	}
 	id := r.job.ID
 	data, err := json.Marshal(r.job)
+	terminal := r.job.Status.Terminal()
 	r.dirty = false
 	r.mu.Unlock()
 	if err != nil {
@@ -148,6 +155,11 @@ func (r *run) flush() {
 		rev, err := r.c.jobs.updateRaw(ctx, id, data, r.rev)
 		if err == nil {
 			r.rev = rev
+			if terminal {
+				r.mu.Lock()
+				r.final = data
+				r.mu.Unlock()
+			}
 			return
 		}
 		if !errors.Is(err, errConflict) {
@@ -181,6 +193,19 @@ func (r *run) flushNow() {
 	r.flush()
 }
 
+// settle marks the run's last write done; long polls then answer.
+func (r *run) settle() {
+	r.settleOnce.Do(func() { close(r.settled) })
+}
+
+// finalJSON is the terminal job as this run stored it, or nil when it did
+// not store one (yet).
+func (r *run) finalJSON() []byte {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.final
+}
+
 // deliver hands a result to the run; it never blocks the consumer for long.
 func (r *run) deliver(tr *api.TaskResult) {
 	select {
@@ -194,6 +219,7 @@ func (r *run) execute() {
 	defer close(r.done)
 	defer r.cancel(nil)
 	defer r.stopTimeout()
+	defer r.settle()
 	go r.flushLoop()
 
 	job := r.snapshot()
@@ -242,6 +268,7 @@ func (r *run) execute() {
 		j.FinishedAt = &now
 	})
 	r.flushNow()
+	r.settle()
 	endJobSpan(r.span, status, errMsg)
 	r.log.Info("job finished", "status", status, "error", errMsg)
 	r.c.jobFinished(r, status)

@@ -138,11 +138,9 @@ func (c *Controller) startRun(job *api.Job, rev uint64) {
 		c: c, log: jobLogger(c.log, job), steps: api.Flatten(job.Tasks), span: span,
 		inbox: make(chan *api.TaskResult, max(size, 1024)), retryC: make(chan retryReq, 64),
 		ctx: rctx, cancel: cancel, stopTimeout: stopTimeout, job: job, rev: rev, resolvedAt: *job.StartedAt,
-		flushKick: make(chan struct{}, 1), done: make(chan struct{}),
+		flushKick: make(chan struct{}, 1), done: make(chan struct{}), settled: make(chan struct{}),
 	}
-	c.mu.Lock()
-	c.runs[job.ID] = r
-	c.mu.Unlock()
+	c.addRun(r)
 	r.log.Info("job started", "target", job.Target.String(), "nodes", len(job.Expected), "steps", len(r.steps))
 	go r.execute()
 }

@@ -38,6 +38,21 @@ func (s *jobStore) get(ctx context.Context, id string) (*api.Job, uint64, error)
 	return &j, e.Revision(), nil
 }
 
+// getRaw returns a stored job's JSON and its status.
+func (s *jobStore) getRaw(ctx context.Context, id string) ([]byte, api.JobStatus, error) {
+	if !api.ValidToken(id) {
+		return nil, "", api.ErrNotFound
+	}
+	e, err := s.kv.Get(ctx, id)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, "", api.ErrNotFound
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("read job %s: %w", id, err)
+	}
+	return e.Value(), jobStatus(e.Value()), nil
+}
+
 func (s *jobStore) create(ctx context.Context, j *api.Job) (uint64, error) {
 	b, err := json.Marshal(j)
 	if err != nil {
