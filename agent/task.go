@@ -32,6 +32,12 @@ const (
 	maxOutput = 1 << 20
 	// publishAttempts bounds the retries of a final result.
 	publishAttempts = 5
+	// runningAfter is how long a task runs before the agent reports it
+	// running. A task that ends sooner sends only its final result (with
+	// started_at): at a thousand agents one message less each is a good
+	// part of a fan-out. It is far below the controller's first catch-up
+	// re-send (2s), which waits to hear from the node.
+	runningAfter = 100 * time.Millisecond
 )
 
 // task is one accepted command.
@@ -44,6 +50,11 @@ type task struct {
 	parent  context.Context
 	span    trace.Span
 	spanCtx context.Context
+	// started is when the backend started (zero if it never did); running
+	// sends the "running" report at most once, and never after the final
+	// result.
+	started time.Time
+	running sync.Once
 }
 
 // newTask registers a task under its job so a cancel finds it. Callers hold
@@ -109,10 +120,15 @@ func (a *Agent) runTask(t *task) {
 	}
 
 	start = time.Now()
-	a.publishCore(t, api.TaskResult{Status: api.ResultRunning, Timestamp: start.UTC()})
+	t.started = start
+	report := time.AfterFunc(runningAfter, func() { a.reportRunning(t) })
 	t.log.Info("task started", "task", t.cmd.Task.Name(), "check_mode", t.cmd.CheckMode)
 
 	res, abandoned, err := a.execute(t)
+	report.Stop()
+	// A report already under way finishes before the final result goes
+	// out; none is sent after it.
+	t.running.Do(func() {})
 	if abandoned != nil {
 		// The backend still holds its slot until it really returns, so
 		// stuck backends cannot push the agent past MaxConcurrent.
@@ -213,6 +229,10 @@ func (a *Agent) finish(t *task, start time.Time, res *backends.Result, err error
 			r.Facts = nil
 		}
 	}
+	if !t.started.IsZero() {
+		started := t.started.UTC()
+		r.StartedAt = &started
+	}
 	r.Timestamp = time.Now().UTC()
 	level := slog.LevelInfo
 	if err != nil {
@@ -237,6 +257,13 @@ func (a *Agent) fill(t *task, r *api.TaskResult) string {
 	r.NodeID = a.id
 	r.Attempt = t.cmd.Attempt
 	return api.ResultSubject(t.cmd.JobID, t.cmd.TaskIndex, a.id)
+}
+
+// reportRunning sends the task's "running" report, once.
+func (a *Agent) reportRunning(t *task) {
+	t.running.Do(func() {
+		a.publishCore(t, api.TaskResult{Status: api.ResultRunning, Timestamp: t.started.UTC()})
+	})
 }
 
 // publishCore sends a running or progress report on the progress subject,
@@ -325,6 +352,8 @@ func (p *progress) report(pct int, message string) {
 	}
 	p.last = now
 	pct = min(max(pct, 0), 100)
+	// Running comes first, so the step shows running while it reports.
+	p.a.reportRunning(p.t)
 	// Publishing under the lock keeps a report from overtaking the final
 	// result: stop waits for it.
 	p.a.publishCore(p.t, api.TaskResult{Status: api.ResultProgress, Progress: &pct, Output: truncate(message), Timestamp: now.UTC()})

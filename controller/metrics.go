@@ -53,7 +53,7 @@ func newMetrics(c *Controller) *metrics {
 		}, []string{"backend", "action", "status"}),
 		firstResult: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "grid_dispatch_first_result_seconds",
-			Help:    "Time from publishing a command to the first result (usually 'running') from a node.",
+			Help:    "Time from publishing a command to the first report from a node: 'running' once a task has run for 100ms, else its final result.",
 			Buckets: telemetry.LatencyBuckets,
 		}),
 		taskResults: prometheus.NewCounterVec(prometheus.CounterOpts{
