@@ -41,6 +41,7 @@ type run struct {
 	flushMu    sync.Mutex
 	mu         sync.Mutex
 	job        *api.Job
+	enc        *jobEncoder // under mu
 	rev        uint64
 	dirty      bool
 	resolvedAt time.Time
@@ -75,7 +76,7 @@ type execState struct {
 // snapshot returns a copy of the job safe to hand out.
 func (r *run) snapshot() *api.Job {
 	r.mu.Lock()
-	b, _ := json.Marshal(r.job)
+	b, _ := r.enc.encode(r.job)
 	r.mu.Unlock()
 	var j api.Job
 	_ = json.Unmarshal(b, &j)
@@ -136,7 +137,7 @@ func (r *run) flush() {
 		return
 	}
 	id := r.job.ID
-	data, err := json.Marshal(r.job)
+	data, err := r.enc.encode(r.job)
 	terminal := r.job.Status.Terminal()
 	r.dirty = false
 	r.mu.Unlock()

@@ -137,7 +137,7 @@ func (c *Controller) startRun(job *api.Job, rev uint64) {
 	r := &run{
 		c: c, log: jobLogger(c.log, job), steps: api.Flatten(job.Tasks), span: span,
 		inbox: make(chan *api.TaskResult, max(size, 1024)), retryC: make(chan retryReq, 64),
-		ctx: rctx, cancel: cancel, stopTimeout: stopTimeout, job: job, rev: rev, resolvedAt: *job.StartedAt,
+		ctx: rctx, cancel: cancel, stopTimeout: stopTimeout, job: job, enc: newJobEncoder(), rev: rev, resolvedAt: *job.StartedAt,
 		flushKick: make(chan struct{}, 1), done: make(chan struct{}), settled: make(chan struct{}),
 	}
 	c.addRun(r)
