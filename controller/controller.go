@@ -57,9 +57,10 @@ type Controller struct {
 	ready   bool
 	done    chan struct{}
 
-	metrics *metrics
-	pending pendingEstimate
-	tracer  trace.Tracer
+	metrics  *metrics
+	pending  pendingEstimate
+	catCache catalogCache
+	tracer   trace.Tracer
 }
 
 // New checks the config and returns a controller ready to Start.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -63,7 +64,7 @@ func (c *Controller) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	job := spec.Job()
-	if err := c.reg.catalog().ValidateJob(job); err != nil {
+	if err := c.catalog().ValidateJob(job); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
@@ -103,6 +104,40 @@ func (c *Controller) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	c.metrics.jobsSubmitted.Inc()
 	jobLogger(c.log, job).Info("job submitted", "target", job.Target.String(), "steps", api.LeafCount(job.Tasks))
 	writeJSON(w, http.StatusAccepted, job)
+}
+
+// catalogCache keeps the merged schemas of online nodes for submissions:
+// merging them walks every node, a cost per POST that grows with the fleet.
+type catalogCache struct {
+	mu      sync.Mutex
+	cat     *api.Catalog
+	at      time.Time
+	changed <-chan struct{} // the registry's change signal when computed
+}
+
+// catalogFresh bounds how old a cached catalog may be. Registrations and
+// status changes drop it at once; this covers a node whose heartbeat ages
+// past node_offline_after, which the registry does not announce.
+const catalogFresh = 100 * time.Millisecond
+
+// catalog returns the merged schemas of online nodes for validating a
+// submission.
+func (c *Controller) catalog() *api.Catalog {
+	cc := &c.catCache
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	if cc.cat != nil && time.Since(cc.at) < catalogFresh {
+		select {
+		case <-cc.changed:
+		default:
+			return cc.cat
+		}
+	}
+	// Take the signal first, so a change while merging drops the result.
+	cc.changed = c.reg.changes()
+	cc.at = time.Now()
+	cc.cat = c.reg.catalog()
+	return cc.cat
 }
 
 // currentJob returns the freshest view of a job: the run's own copy when

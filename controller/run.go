@@ -223,8 +223,17 @@ func (r *run) execute() {
 	defer r.settle()
 	go r.flushLoop()
 
-	job := r.snapshot()
-	st := &execState{active: slices.Clone(job.Expected)}
+	// The target, tasks, timeout and expected nodes do not change while
+	// the job runs.
+	r.mu.Lock()
+	job := struct {
+		Target   api.Target
+		Tasks    []api.Phase
+		Timeout  string
+		Expected []string
+	}{r.job.Target, r.job.Tasks, r.job.Timeout, slices.Clone(r.job.Expected)}
+	r.mu.Unlock()
+	st := &execState{active: job.Expected}
 	var errMsg string
 	if len(st.active) == 0 {
 		errMsg = errNoNodes.Error() + " (" + job.Target.String() + ")"
