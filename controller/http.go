@@ -88,11 +88,12 @@ func (c *Controller) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		job.Strategy = api.StrategyFailFast
 	}
 	stampTrace(r.Context(), job)
-	if _, err := c.jobs.create(r.Context(), job); err != nil {
+	rev, stored, err := c.jobs.create(r.Context(), job)
+	if err != nil {
 		writeError(w, http.StatusServiceUnavailable, err.Error())
 		return
 	}
-	if _, err := c.js.Publish(r.Context(), api.RequestSubject(job.ID), []byte(job.ID)); err != nil {
+	if _, err := c.js.PublishMsg(r.Context(), requestMsg(job.ID, rev, stored)); err != nil {
 		// Without its request no scheduler would ever see the job.
 		_, _, _ = c.jobs.mutate(context.Background(), job.ID, func(j *api.Job) bool {
 			j.Status, j.Error = api.JobFailed, "could not queue the job: "+err.Error()

@@ -98,6 +98,8 @@ func (c *Controller) recoverOrphans(ctx context.Context) {
 func (c *Controller) adopt(ctx context.Context, id, from string) bool {
 	adopted := false
 	job, rev, err := c.jobs.mutate(ctx, id, func(j *api.Job) bool {
+		// Judged on each try: an earlier try may have lost to a peer.
+		adopted = false
 		if j.Status != api.JobRunning || j.Owner != from {
 			return false
 		}
