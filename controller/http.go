@@ -183,7 +183,8 @@ func (c *Controller) handleGetJob(w http.ResponseWriter, r *http.Request) {
 // waitTerminal blocks until the job is terminal or d passes, and returns
 // the stored terminal job's JSON, or nil. A job this controller runs (or,
 // with no live peer, a pending job, which can then only start here) is
-// followed in memory: the answer is the JSON its run stored. Otherwise it
+// followed in memory: the answer is the JSON its run stored. So is a job
+// this controller has just claimed, whose run is about to start. Otherwise it
 // follows the job's key, so it answers the moment the job ends on any
 // controller.
 func (c *Controller) waitTerminal(ctx context.Context, id string, d time.Duration) []byte {
@@ -206,17 +207,20 @@ func (c *Controller) waitTerminal(ctx context.Context, id string, d time.Duratio
 			}
 			break // stopped without ending the job: follow its key
 		}
-		data, status, err := c.jobs.getRaw(ctx, id)
+		data, head, err := c.jobs.getRaw(ctx, id)
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, api.ErrNotFound) {
 				return nil
 			}
 			break
 		}
-		if status.Terminal() {
+		if head.Status.Terminal() {
 			return data
 		}
-		if status != api.JobPending || !c.alone() {
+		// Claimed here, its run about to start; or pending, and no peer
+		// that could take it.
+		mine := head.Status == api.JobRunning && head.Owner == c.id
+		if !mine && (head.Status != api.JobPending || !c.alone()) {
 			break
 		}
 		// Look again now and then, in case a peer has joined since the
@@ -264,18 +268,21 @@ func (c *Controller) watchTerminal(ctx context.Context, id string) []byte {
 // terminalJSON reports whether a stored job's status is terminal, decoding
 // only the status (a job with 10,000 results is megabytes).
 func terminalJSON(data []byte) bool {
-	return jobStatus(data).Terminal()
+	return decodeJobHead(data).Status.Terminal()
 }
 
-// jobStatus decodes only the status of a stored job ("" if it cannot).
-func jobStatus(data []byte) api.JobStatus {
-	var s struct {
-		Status api.JobStatus `json:"status"`
-	}
-	if json.Unmarshal(data, &s) != nil {
-		return ""
-	}
-	return s.Status
+// jobHeadFields are the fields of a stored job a long poll looks at.
+type jobHeadFields struct {
+	Status api.JobStatus `json:"status"`
+	Owner  string        `json:"owner"`
+}
+
+// decodeJobHead decodes only the status and owner of a stored job (zero if
+// it cannot).
+func decodeJobHead(data []byte) jobHeadFields {
+	var h jobHeadFields
+	_ = json.Unmarshal(data, &h)
+	return h
 }
 
 func (c *Controller) handleCancel(w http.ResponseWriter, r *http.Request) {

@@ -38,19 +38,19 @@ func (s *jobStore) get(ctx context.Context, id string) (*api.Job, uint64, error)
 	return &j, e.Revision(), nil
 }
 
-// getRaw returns a stored job's JSON and its status.
-func (s *jobStore) getRaw(ctx context.Context, id string) ([]byte, api.JobStatus, error) {
+// getRaw returns a stored job's JSON with its status and owner.
+func (s *jobStore) getRaw(ctx context.Context, id string) ([]byte, jobHeadFields, error) {
 	if !api.ValidToken(id) {
-		return nil, "", api.ErrNotFound
+		return nil, jobHeadFields{}, api.ErrNotFound
 	}
 	e, err := s.kv.Get(ctx, id)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, "", api.ErrNotFound
+		return nil, jobHeadFields{}, api.ErrNotFound
 	}
 	if err != nil {
-		return nil, "", fmt.Errorf("read job %s: %w", id, err)
+		return nil, jobHeadFields{}, fmt.Errorf("read job %s: %w", id, err)
 	}
-	return e.Value(), jobStatus(e.Value()), nil
+	return e.Value(), decodeJobHead(e.Value()), nil
 }
 
 // create stores a new job and returns its revision and JSON.
