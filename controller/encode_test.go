@@ -121,3 +121,22 @@ func bigJob(n int) *api.Job {
 	}
 	return j
 }
+
+func TestFlushWait(t *testing.T) {
+	ms := time.Millisecond
+	for _, c := range []struct {
+		took time.Duration
+		size int
+		want time.Duration
+	}{
+		{0, 0, 100 * ms},                        // a small job: the flush interval
+		{2 * ms, 300 << 10, 100 * ms},           // 1,000 nodes
+		{30 * ms, 1 << 20, 300 * ms},            // a slow write: ten times its time
+		{10 * ms, 3 << 20, 750 * ms},            // 10,000 nodes: by rate
+		{time.Second, 1 << 30, 5 * time.Second}, // capped
+	} {
+		if got := flushWait(100*ms, c.took, c.size); got != c.want {
+			t.Errorf("flushWait(took %s, %d bytes) = %s, want %s", c.took, c.size, got, c.want)
+		}
+	}
+}

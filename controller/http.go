@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -163,6 +164,7 @@ func (c *Controller) handleGetJob(w http.ResponseWriter, r *http.Request) {
 			// The final state as stored, without decoding and encoding it
 			// again.
 			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Content-Length", strconv.Itoa(len(data)))
 			w.WriteHeader(http.StatusOK)
 			_, _ = w.Write(data)
 			return

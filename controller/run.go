@@ -99,10 +99,15 @@ func (r *run) update(fn func(j *api.Job)) {
 // flushLoop writes the job to KV at most once per flush interval while it
 // changes, so a step on 10,000 nodes is not 10,000 KV writes. A big job's
 // write costs more (its JSON grows with its results), so the wait grows
-// with it: a flush takes at most about a tenth of the run's time.
+// with it: a flush takes at most about a tenth of the run's time, and a
+// run writes its intermediate states at most at flushRate (the server
+// stores every write; a job on 10,000 nodes is megabytes).
 func (r *run) flushLoop() {
 	interval := r.c.cfg.FlushInterval.D()
-	wait := interval
+	r.mu.Lock()
+	guess := len(r.job.Expected) * nodeResultSize
+	r.mu.Unlock()
+	wait := flushWait(interval, 0, guess)
 	for {
 		select {
 		case <-r.done:
@@ -115,26 +120,45 @@ func (r *run) flushLoop() {
 		case <-time.After(wait):
 		}
 		start := time.Now()
-		r.flush()
-		wait = min(max(interval, 10*time.Since(start)), maxFlushInterval)
+		if size := r.flush(); size > 0 {
+			wait = flushWait(interval, time.Since(start), size)
+		}
 	}
 }
 
-// maxFlushInterval bounds how long intermediate writes of a big job wait.
-const maxFlushInterval = 5 * time.Second
+// flushWait is the wait before the next intermediate write of a job whose
+// last write took took and was size bytes.
+func flushWait(interval, took time.Duration, size int) time.Duration {
+	byRate := time.Duration(float64(size) / flushRate * float64(time.Second))
+	return min(max(interval, 10*took, byRate), maxFlushInterval)
+}
+
+const (
+	// maxFlushInterval bounds how long intermediate writes of a big job
+	// wait.
+	maxFlushInterval = 5 * time.Second
+	// flushRate bounds the bytes per second of a run's intermediate
+	// writes: a job on 1,000 nodes is written every flush_interval (100ms),
+	// one on 10,000 nodes about every 0.75s.
+	flushRate = 4 << 20
+	// nodeResultSize is about what a node's result of one step takes in
+	// the job's JSON, for the first wait.
+	nodeResultSize = 300
+)
 
 // flush writes the job to KV if it changed. The owner is the only writer of
 // a running job, so a conflict means someone else touched it (a cancel from
 // another controller): the stored status wins if it is terminal. The job is
 // encoded under mu and written without it, so results keep flowing into
-// the run while a big job is written.
-func (r *run) flush() {
+// the run while a big job is written. It returns the size of the JSON it
+// wrote or tried to write, 0 when nothing had changed.
+func (r *run) flush() int {
 	r.flushMu.Lock()
 	defer r.flushMu.Unlock()
 	r.mu.Lock()
 	if !r.dirty {
 		r.mu.Unlock()
-		return
+		return 0
 	}
 	id := r.job.ID
 	data, err := r.enc.encode(r.job)
@@ -143,7 +167,7 @@ func (r *run) flush() {
 	r.mu.Unlock()
 	if err != nil {
 		r.log.Error("encode job", "err", err)
-		return
+		return 0
 	}
 	redirty := func() {
 		r.mu.Lock()
@@ -161,24 +185,24 @@ func (r *run) flush() {
 				r.final = data
 				r.mu.Unlock()
 			}
-			return
+			return len(data)
 		}
 		if !errors.Is(err, errConflict) {
 			r.log.Warn("write job", "err", err)
 			redirty()
-			return
+			return len(data)
 		}
 		stored, srev, gerr := r.c.jobs.get(ctx, id)
 		if gerr != nil {
 			r.log.Warn("re-read job after conflict", "err", gerr)
 			redirty()
-			return
+			return len(data)
 		}
 		r.rev = srev
 		if stored.Owner != r.c.id {
 			// Presumed dead and taken over: stop without writing.
 			r.cancel(errLostOwnership)
-			return
+			return len(data)
 		}
 		r.mu.Lock()
 		terminal := r.job.Status.Terminal()
@@ -188,10 +212,11 @@ func (r *run) flush() {
 		}
 	}
 	redirty()
+	return len(data)
 }
 
 func (r *run) flushNow() {
-	r.flush()
+	_ = r.flush()
 }
 
 // settle marks the run's last write done; long polls then answer.
