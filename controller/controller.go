@@ -56,6 +56,8 @@ type Controller struct {
 	started time.Time
 	ready   bool
 	done    chan struct{}
+	// stopping is closed when the controller begins to stop.
+	stopping chan struct{}
 
 	metrics  *metrics
 	pending  pendingEstimate
@@ -69,7 +71,7 @@ func New(cfg Config) (*Controller, error) {
 		return nil, fmt.Errorf("controller config: %w", err)
 	}
 	c := &Controller{cfg: cfg, log: cfg.logger(), runs: map[string]*run{}, starts: map[string]*startWait{},
-		slots: make(chan struct{}, cfg.MaxConcurrent), done: make(chan struct{}),
+		slots: make(chan struct{}, cfg.MaxConcurrent), done: make(chan struct{}), stopping: make(chan struct{}),
 		tracer: telemetry.Tracer(cfg.TracerProvider)}
 	c.metrics = newMetrics(c)
 	c.livePeers.Store(-1)
@@ -222,6 +224,7 @@ func (c *Controller) Start(ctx context.Context) error {
 
 func (c *Controller) shutdown(stopRuns context.CancelFunc, schedDone chan struct{}, subs []*nats.Subscription, stopNATS context.CancelFunc) {
 	defer close(c.done)
+	close(c.stopping)
 	c.mu.Lock()
 	c.ready = false
 	runs := make([]*run, 0, len(c.runs))

@@ -219,6 +219,30 @@ func (r *run) flushNow() {
 	_ = r.flush()
 }
 
+// flushFinal writes the job's final state, trying again while the bucket
+// does not answer (a cluster failing over): without it the job would stay
+// running in KV under an owner that is alive, so no peer would take it
+// over. It gives up when another controller took the job over, or when
+// this one stops (a restart resumes the job and finds every result).
+func (r *run) flushFinal() {
+	wait := 100 * time.Millisecond
+	for {
+		_ = r.flush()
+		r.mu.Lock()
+		dirty := r.dirty
+		r.mu.Unlock()
+		if !dirty || errors.Is(context.Cause(r.ctx), errLostOwnership) {
+			return
+		}
+		select {
+		case <-r.c.stopping:
+			return
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
+}
+
 // settle marks the run's last write done; long polls then answer.
 func (r *run) settle() {
 	r.settleOnce.Do(func() { close(r.settled) })
@@ -302,7 +326,7 @@ func (r *run) execute() {
 		j.Error = errMsg
 		j.FinishedAt = &now
 	})
-	r.flushNow()
+	r.flushFinal()
 	r.settle()
 	endJobSpan(r.span, status, errMsg)
 	r.log.Info("job finished", "status", status, "error", errMsg)
