@@ -30,8 +30,12 @@ const (
 	// maxOutput caps a result's output so a chatty backend cannot exceed
 	// the server's payload limit.
 	maxOutput = 1 << 20
-	// publishAttempts bounds the retries of a final result.
-	publishAttempts = 5
+	// publishFor bounds how long a final result is retried: long enough
+	// for a clustered results stream to elect a new leader after a server
+	// fails (several seconds, during which a publish finds no stream).
+	publishFor = 30 * time.Second
+	// publishBackoffMax caps the wait between tries.
+	publishBackoffMax = 2 * time.Second
 	// runningAfter is how long a task runs before the agent reports it
 	// running. A task that ends sooner sends only its final result (with
 	// started_at): at a thousand agents one message less each is a good
@@ -316,6 +320,7 @@ func (a *Agent) storeFinal(traceCtx context.Context, log *slog.Logger, subject s
 	msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}
 	bus.InjectTrace(traceCtx, msg)
 	backoff := 100 * time.Millisecond
+	giveUp := time.Now().Add(publishFor)
 	for i := 1; ; i++ {
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 		_, err = a.js.PublishMsg(ctx, msg, jetstream.WithMsgID(msgID))
@@ -323,12 +328,12 @@ func (a *Agent) storeFinal(traceCtx context.Context, log *slog.Logger, subject s
 		if err == nil {
 			return
 		}
-		if errors.Is(err, nats.ErrConnectionClosed) || i == publishAttempts {
+		if errors.Is(err, nats.ErrConnectionClosed) || time.Now().Add(backoff).After(giveUp) {
 			break
 		}
 		log.Warn("publishing final result failed; retrying", "try", i, "err", err)
 		time.Sleep(backoff)
-		backoff *= 2
+		backoff = min(2*backoff, publishBackoffMax)
 	}
 	log.Error("final result lost", "subject", subject, "err", err)
 }
