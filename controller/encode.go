@@ -170,8 +170,7 @@ func (e *jobEncoder) nodes(step int, m map[string]*api.NodeResult) []string {
 // goes through json.Marshal.
 func appendKey(b []byte, s string) []byte {
 	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+		if !plainKeyByte(s[i]) {
 			q, _ := json.Marshal(s)
 			b = append(b, q...)
 			return append(b, ':')
@@ -180,4 +179,9 @@ func appendKey(b []byte, s string) []byte {
 	b = append(b, '"')
 	b = append(b, s...)
 	return append(b, '"', ':')
+}
+
+// plainKeyByte reports whether c may appear in a JSON string as is.
+func plainKeyByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.'
 }
