@@ -64,19 +64,28 @@ func newHarness(t *testing.T) *harness {
 		t.Fatalf("topology: %v", err)
 	}
 	h := &harness{t: t, url: srv.ClientURL(), nc: nc, js: js}
-	if _, err := nc.Subscribe(api.SubjectResults, func(m *nats.Msg) {
+	// Final results go to the results stream, running and progress reports
+	// to the progress subject.
+	collect := func(m *nats.Msg) {
 		var r api.TaskResult
 		if err := json.Unmarshal(m.Data, &r); err != nil {
 			return
 		}
-		if want := api.ResultSubject(r.JobID, r.TaskIndex, r.NodeID); want != m.Subject {
+		want := api.ResultSubject(r.JobID, r.TaskIndex, r.NodeID)
+		if r.Status == api.ResultRunning || r.Status == api.ResultProgress {
+			want = api.ProgressSubject(r.JobID, r.TaskIndex, r.NodeID)
+		}
+		if want != m.Subject {
 			r.Error = fmt.Sprintf("HARNESS: result on %s, want %s", m.Subject, want)
 		}
 		h.mu.Lock()
 		h.results = append(h.results, r)
 		h.mu.Unlock()
-	}); err != nil {
-		t.Fatalf("subscribe results: %v", err)
+	}
+	for _, subj := range []string{api.SubjectResults, api.SubjectProgress} {
+		if _, err := nc.Subscribe(subj, collect); err != nil {
+			t.Fatalf("subscribe %s: %v", subj, err)
+		}
 	}
 	if err := nc.Flush(); err != nil {
 		t.Fatalf("flush: %v", err)

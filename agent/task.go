@@ -30,14 +30,18 @@ const (
 	// maxOutput caps a result's output so a chatty backend cannot exceed
 	// the server's payload limit.
 	maxOutput = 1 << 20
-	// publishFor bounds how long a final result is retried. A clustered
-	// results stream can be without a leader for several seconds while a
-	// server fails over, and a result given up on leaves its step waiting
-	// for the task timeout; the message id keeps retries from being stored
-	// twice within the stream's duplicate window (2m).
-	publishFor = 2 * time.Minute
-	// publishBackoffMax caps the wait between retries.
+	// publishFor bounds how long a final result is retried: long enough
+	// for a clustered results stream to elect a new leader after a server
+	// fails (several seconds, during which a publish finds no stream).
+	publishFor = 30 * time.Second
+	// publishBackoffMax caps the wait between tries.
 	publishBackoffMax = 2 * time.Second
+	// runningAfter is how long a task runs before the agent reports it
+	// running. A task that ends sooner sends only its final result (with
+	// started_at): at a thousand agents one message less each is a good
+	// part of a fan-out. It is far below the controller's first catch-up
+	// re-send (2s), which waits to hear from the node.
+	runningAfter = 100 * time.Millisecond
 )
 
 // task is one accepted command.
@@ -50,6 +54,11 @@ type task struct {
 	parent  context.Context
 	span    trace.Span
 	spanCtx context.Context
+	// started is when the backend started (zero if it never did); running
+	// sends the "running" report at most once, and never after the final
+	// result.
+	started time.Time
+	running sync.Once
 }
 
 // newTask registers a task under its job so a cancel finds it. Callers hold
@@ -115,10 +124,15 @@ func (a *Agent) runTask(t *task) {
 	}
 
 	start = time.Now()
-	a.publishCore(t, api.TaskResult{Status: api.ResultRunning, Timestamp: start.UTC()})
+	t.started = start
+	report := time.AfterFunc(runningAfter, func() { a.reportRunning(t) })
 	t.log.Info("task started", "task", t.cmd.Task.Name(), "check_mode", t.cmd.CheckMode)
 
 	res, abandoned, err := a.execute(t)
+	report.Stop()
+	// A report already under way finishes before the final result goes
+	// out; none is sent after it.
+	t.running.Do(func() {})
 	if abandoned != nil {
 		// The backend still holds its slot until it really returns, so
 		// stuck backends cannot push the agent past MaxConcurrent.
@@ -219,6 +233,10 @@ func (a *Agent) finish(t *task, start time.Time, res *backends.Result, err error
 			r.Facts = nil
 		}
 	}
+	if !t.started.IsZero() {
+		started := t.started.UTC()
+		r.StartedAt = &started
+	}
 	r.Timestamp = time.Now().UTC()
 	level := slog.LevelInfo
 	if err != nil {
@@ -245,10 +263,19 @@ func (a *Agent) fill(t *task, r *api.TaskResult) string {
 	return api.ResultSubject(t.cmd.JobID, t.cmd.TaskIndex, a.id)
 }
 
-// publishCore sends a running or progress report; losing one is harmless,
-// so it is not acknowledged.
+// reportRunning sends the task's "running" report, once.
+func (a *Agent) reportRunning(t *task) {
+	t.running.Do(func() {
+		a.publishCore(t, api.TaskResult{Status: api.ResultRunning, Timestamp: t.started.UTC()})
+	})
+}
+
+// publishCore sends a running or progress report on the progress subject,
+// which no stream stores; losing one is harmless, so it is not
+// acknowledged.
 func (a *Agent) publishCore(t *task, r api.TaskResult) {
-	subject := a.fill(t, &r)
+	a.fill(t, &r)
+	subject := api.ProgressSubject(r.JobID, r.TaskIndex, r.NodeID)
 	data, err := json.Marshal(r)
 	if err != nil {
 		t.log.Warn("encode result", "err", err)
@@ -299,17 +326,12 @@ func (a *Agent) storeFinal(traceCtx context.Context, log *slog.Logger, subject s
 		_, err = a.js.PublishMsg(ctx, msg, jetstream.WithMsgID(msgID))
 		cancel()
 		if err == nil {
-			if i > 1 {
-				log.Info("final result published after retries", "tries", i)
-			}
 			return
 		}
 		if errors.Is(err, nats.ErrConnectionClosed) || time.Now().Add(backoff).After(giveUp) {
 			break
 		}
-		if i < 5 || i%10 == 0 {
-			log.Warn("publishing final result failed; retrying", "try", i, "err", err)
-		}
+		log.Warn("publishing final result failed; retrying", "try", i, "err", err)
 		time.Sleep(backoff)
 		backoff = min(2*backoff, publishBackoffMax)
 	}
@@ -335,6 +357,8 @@ func (p *progress) report(pct int, message string) {
 	}
 	p.last = now
 	pct = min(max(pct, 0), 100)
+	// Running comes first, so the step shows running while it reports.
+	p.a.reportRunning(p.t)
 	// Publishing under the lock keeps a report from overtaking the final
 	// result: stop waits for it.
 	p.a.publishCore(p.t, api.TaskResult{Status: api.ResultProgress, Progress: &pct, Output: truncate(message), Timestamp: now.UTC()})

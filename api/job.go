@@ -183,9 +183,15 @@ type Event struct {
 // also accepts a number of nanoseconds.
 type Duration time.Duration
 
-// MarshalJSON writes the duration as a Go duration string.
+// MarshalJSON writes the duration as a Go duration string. The string
+// holds digits, '.', '-', unit letters and 'µ', none of which JSON
+// escapes, so it only needs quotes (strconv.Quote takes a slow path for
+// the 'µ' of every sub-millisecond duration).
 func (d Duration) MarshalJSON() ([]byte, error) {
-	return []byte(strconv.Quote(time.Duration(d).String())), nil
+	var buf [40]byte
+	b := append(buf[:0], '"')
+	b = append(b, time.Duration(d).String()...)
+	return append(b, '"'), nil
 }
 
 // UnmarshalJSON accepts "1.5s" or a number of nanoseconds.
@@ -218,8 +224,9 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 func (d Duration) String() string { return time.Duration(d).String() }
 
 // TaskResult is what an agent reports for one (job, step, attempt). An agent
-// sends one with status "running" when it starts, optional "progress" ones,
-// and one with "success" or "failed" at the end.
+// sends one with status "running" once a task has run for a moment (or
+// reports progress), optional "progress" ones, and one with "success" or
+// "failed" at the end.
 type TaskResult struct {
 	JobID     string         `json:"job_id"`
 	TaskIndex int            `json:"task_index"`
@@ -232,9 +239,13 @@ type TaskResult struct {
 	Facts     map[string]any `json:"facts,omitempty"`
 	Progress  *int           `json:"progress,omitempty"`
 	// Cancelled says the task stopped because its job was cancelled.
-	Cancelled bool      `json:"cancelled,omitempty"`
-	Duration  Duration  `json:"duration"`
-	Timestamp time.Time `json:"timestamp"`
+	Cancelled bool     `json:"cancelled,omitempty"`
+	Duration  Duration `json:"duration"`
+	// StartedAt, on a final result, is when the backend started; absent
+	// when it never did. A task that ends quickly sends no "running"
+	// report, so this is where its start is recorded.
+	StartedAt *time.Time `json:"started_at,omitempty"`
+	Timestamp time.Time  `json:"timestamp"`
 }
 
 // Result statuses an agent reports besides the terminal StepSuccess and

@@ -17,6 +17,13 @@ type Params map[string]string
 
 // UnmarshalJSON accepts strings, numbers, booleans and lists of them.
 func (p *Params) UnmarshalJSON(b []byte) error {
+	// What is on the wire is strings only; that decodes directly (every
+	// agent decodes every command's params).
+	var plain map[string]string
+	if json.Unmarshal(b, &plain) == nil {
+		*p = plain
+		return nil
+	}
 	var raw map[string]any
 	d := json.NewDecoder(strings.NewReader(string(b)))
 	d.UseNumber()

@@ -20,6 +20,9 @@ const (
 	SubjectRequests = "request.>"
 	SubjectCommands = "cmd.>"
 	SubjectResults  = "result.>"
+	// SubjectProgress carries running and progress reports; no stream
+	// captures it.
+	SubjectProgress = "progress.>"
 	// SubjectCancelAll is what agents subscribe to for cancellations.
 	SubjectCancelAll = "cancel.*"
 )
@@ -72,6 +75,14 @@ func AgentCommandSubjects(id string, groups []string) []string {
 // result.<job>.<step>.<node>.
 func ResultSubject(jobID string, step int, node string) string {
 	return fmt.Sprintf("result.%s.%d.%s", jobID, step, node)
+}
+
+// ProgressSubject is where a node reports that a step is running and how
+// far it got: progress.<job>.<step>.<node>. These reports are core messages
+// only (not stored): losing one is harmless, and keeping them out of the
+// results stream halves its writes.
+func ProgressSubject(jobID string, step int, node string) string {
+	return fmt.Sprintf("progress.%s.%d.%s", jobID, step, node)
 }
 
 // JobResultsSubject filters every result of one job.

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/pprof"
 	"syscall"
 	"time"
@@ -23,7 +24,10 @@ type benchFlags struct {
 	heartbeat time.Duration
 	parallel  int
 	cpuProf   string
+	memProf   string
 	logs      logOptions
+
+	cpuFile *os.File
 }
 
 func newBenchCommand(g *globals) *cobra.Command {
@@ -53,7 +57,8 @@ Progress goes to stderr; the result is a table, or JSON with -o json.`,
 	pf.StringVar(&bf.nats, "nats", "", "NATS URL of an existing deployment (with --addr); empty embeds a controller")
 	pf.DurationVar(&bf.heartbeat, "heartbeat", 10*time.Second, "the simulated agents' heartbeat interval")
 	pf.IntVar(&bf.parallel, "start-parallel", 64, "agents registering at once")
-	pf.StringVar(&bf.cpuProf, "cpuprofile", "", "write a CPU profile of the whole run (controller and agents when embedded) to this file")
+	pf.StringVar(&bf.cpuProf, "cpuprofile", "", "write a CPU profile of the measured part (controller and agents when embedded) to this file")
+	pf.StringVar(&bf.memProf, "memprofile", "", "write an allocation profile at the end to this file, and one at the start of the measured part to FILE.base (compare with go tool pprof -diff_base)")
 	bf.logs.register(pf, "error")
 	cmd.AddCommand(newBenchFanoutCommand(g, bf), newBenchThroughputCommand(g, bf), newBenchRegisterCommand(g, bf))
 	return cmd
@@ -86,23 +91,6 @@ func benchSetup(cmd *cobra.Command, g *globals, bf *benchFlags) (context.Context
 		_, _ = fmt.Fprintf(g.stderr, "warning: open-files limit is %d, %d agents may need %d (%v)\n", got, bf.agents, want, err)
 	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-	stopProfile := func() {}
-	if bf.cpuProf != "" {
-		f, err := os.Create(bf.cpuProf)
-		if err != nil {
-			stop()
-			return nil, nil, nil, usageErrorf("--cpuprofile: %w", err)
-		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			_ = f.Close()
-			stop()
-			return nil, nil, nil, fmt.Errorf("--cpuprofile: %w", err)
-		}
-		stopProfile = func() {
-			pprof.StopCPUProfile()
-			_ = f.Close()
-		}
-	}
 	opts := bench.Options{Heartbeat: bf.heartbeat, StartParallel: bf.parallel, Progress: g.stderr, Logger: logger, Token: g.token}
 	if external {
 		opts.APIAddr, opts.NATSURL = g.addr, bf.nats
@@ -114,16 +102,66 @@ func benchSetup(cmd *cobra.Command, g *globals, bf *benchFlags) (context.Context
 	_, _ = fmt.Fprintf(g.stderr, "bench: %d agents against %s\n", bf.agents, where)
 	env, err := bench.Setup(ctx, opts)
 	if err != nil {
-		stopProfile()
 		stop()
 		return nil, nil, nil, err
 	}
 	return ctx, env, func() {
-		stopProfile()
+		bf.stopProfiles(g)
 		_, _ = fmt.Fprintln(g.stderr, "bench: stopping agents")
 		env.Close()
 		stop()
 	}, nil
+}
+
+// startProfiles starts the CPU profile and takes the base allocation
+// profile, at the start of the part a subcommand measures (not the floor or
+// the agents' start-up, unless that is what it measures).
+func (bf *benchFlags) startProfiles() error {
+	if bf.memProf != "" {
+		if err := writeAllocs(bf.memProf + ".base"); err != nil {
+			return fmt.Errorf("--memprofile: %w", err)
+		}
+	}
+	if bf.cpuProf == "" {
+		return nil
+	}
+	f, err := os.Create(bf.cpuProf)
+	if err != nil {
+		return fmt.Errorf("--cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("--cpuprofile: %w", err)
+	}
+	bf.cpuFile = f
+	return nil
+}
+
+// stopProfiles ends the CPU profile and writes the allocation profile.
+func (bf *benchFlags) stopProfiles(g *globals) {
+	if bf.cpuFile != nil {
+		pprof.StopCPUProfile()
+		_ = bf.cpuFile.Close()
+		bf.cpuFile = nil
+	}
+	if bf.memProf != "" {
+		if err := writeAllocs(bf.memProf); err != nil {
+			_, _ = fmt.Fprintf(g.stderr, "warning: --memprofile: %v\n", err)
+		}
+	}
+}
+
+func writeAllocs(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	runtime.GC() // up-to-date figures
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 func printBench[T interface{ Table(w io.Writer) }](g *globals, r T) error {
@@ -170,11 +208,14 @@ One warm-up round of each is not counted.`,
 				return err
 			}
 			_, _ = fmt.Fprintf(g.stderr, "bench: %d rounds\n", rounds)
-			lat, verified, err := env.Fanout(ctx, rounds)
+			if err := bf.startProfiles(); err != nil {
+				return err
+			}
+			res, err := env.Fanout(ctx, rounds)
 			if err != nil {
 				return err
 			}
-			return printBench(g, bench.NewFanoutReport(bf.agents, lat, floor, verified))
+			return printBench(g, bench.NewFanoutReport(bf.agents, res.Latencies, floor, res.Verified, res.CPU))
 		}),
 	}
 	cmd.Flags().IntVar(&rounds, "rounds", 10, "jobs to time")
@@ -206,11 +247,14 @@ afterwards.`,
 				return err
 			}
 			_, _ = fmt.Fprintf(g.stderr, "bench: %d jobs, %d in flight\n", jobs, inFlight)
-			lat, elapsed, rejected, err := env.Throughput(ctx, jobs, inFlight)
+			if err := bf.startProfiles(); err != nil {
+				return err
+			}
+			res, err := env.Throughput(ctx, jobs, inFlight)
 			if err != nil {
 				return err
 			}
-			return printBench(g, bench.NewThroughputReport(bf.agents, inFlight, elapsed, lat, rejected))
+			return printBench(g, bench.NewThroughputReport(bf.agents, inFlight, res.Elapsed, res.Latencies, res.Rejected, res.CPU))
 		}),
 	}
 	cmd.Flags().IntVar(&jobs, "jobs", 2000, "jobs to submit")
@@ -239,6 +283,9 @@ agents'. The agents stay online and heartbeating until memory is read.`,
 				return err
 			}
 			defer done()
+			if err := bf.startProfiles(); err != nil {
+				return err
+			}
 			_, _ = fmt.Fprintf(g.stderr, "bench: starting %d agents\n", bf.agents)
 			took, err := env.StartAgents(ctx, bf.agents)
 			if err != nil {

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -45,6 +46,12 @@ type Controller struct {
 
 	mu   sync.Mutex
 	runs map[string]*run
+	// starts holds, by job id, channels closed when a run of the job
+	// starts here: long polls of a pending job wait on them.
+	starts map[string]*startWait
+	// livePeers is how many other controllers were alive at the last look;
+	// -1 until the first.
+	livePeers atomic.Int32
 	// slots bounds concurrently running jobs (max_concurrent).
 	slots chan struct{}
 
@@ -55,9 +62,10 @@ type Controller struct {
 	// retry until they land give up then (a restart or a peer resumes).
 	stopping chan struct{}
 
-	metrics *metrics
-	pending pendingEstimate
-	tracer  trace.Tracer
+	metrics  *metrics
+	pending  pendingEstimate
+	catCache catalogCache
+	tracer   trace.Tracer
 }
 
 // New checks the config and returns a controller ready to Start.
@@ -65,10 +73,11 @@ func New(cfg Config) (*Controller, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("controller config: %w", err)
 	}
-	c := &Controller{cfg: cfg, log: cfg.logger(), runs: map[string]*run{},
+	c := &Controller{cfg: cfg, log: cfg.logger(), runs: map[string]*run{}, starts: map[string]*startWait{},
 		slots: make(chan struct{}, cfg.MaxConcurrent), done: make(chan struct{}), stopping: make(chan struct{}),
 		tracer: telemetry.Tracer(cfg.TracerProvider)}
 	c.metrics = newMetrics(c)
+	c.livePeers.Store(-1)
 	return c, nil
 }
 
@@ -171,6 +180,14 @@ func (c *Controller) Start(ctx context.Context) error {
 		stopRuns()
 		return fail(err)
 	}
+	progressSub, err := c.nc.Subscribe(api.SubjectProgress, func(m *nats.Msg) {
+		c.routeResult(m.Subject, m.Data, false)
+	})
+	if err != nil {
+		stopRuns()
+		return fail(fmt.Errorf("subscribe progress reports: %w", err))
+	}
+	_ = progressSub.SetPendingLimits(-1, -1)
 	cancelSub, err := c.nc.Subscribe(api.SubjectCancelAll, c.onCancel)
 	if err != nil {
 		stopRuns()
@@ -196,6 +213,9 @@ func (c *Controller) Start(ctx context.Context) error {
 		}
 	}()
 
+	if _, err := c.deadControllers(setupCtx); err != nil {
+		c.log.Warn("list controllers", "err", err)
+	}
 	c.resumeOwned(runCtx)
 	schedDone := make(chan struct{})
 	go func() {
@@ -211,12 +231,12 @@ func (c *Controller) Start(ctx context.Context) error {
 
 	go func() {
 		<-ctx.Done()
-		c.shutdown(stopRuns, schedDone, cancelSub, stopNATS)
+		c.shutdown(stopRuns, schedDone, []*nats.Subscription{cancelSub, progressSub}, stopNATS)
 	}()
 	return nil
 }
 
-func (c *Controller) shutdown(stopRuns context.CancelFunc, schedDone chan struct{}, cancelSub *nats.Subscription, stopNATS context.CancelFunc) {
+func (c *Controller) shutdown(stopRuns context.CancelFunc, schedDone chan struct{}, subs []*nats.Subscription, stopNATS context.CancelFunc) {
 	defer close(c.done)
 	close(c.stopping)
 	c.mu.Lock()
@@ -232,7 +252,9 @@ func (c *Controller) shutdown(stopRuns context.CancelFunc, schedDone chan struct
 	if c.debugSrv != nil {
 		_ = c.debugSrv.Close()
 	}
-	_ = cancelSub.Unsubscribe()
+	for _, s := range subs {
+		_ = s.Unsubscribe()
+	}
 	for _, r := range runs {
 		r.cancel(errShutdown)
 	}
@@ -321,7 +343,7 @@ func (c *Controller) consumeResults(ctx context.Context) error {
 		return fmt.Errorf("results consumer: %w", err)
 	}
 	cc, err := cons.Consume(func(m jetstream.Msg) {
-		c.routeResult(m.Subject(), m.Data())
+		c.routeResult(m.Subject(), m.Data(), true)
 	}, jetstream.PullMaxMessages(4096))
 	if err != nil {
 		return fmt.Errorf("consume results: %w", err)
@@ -333,8 +355,13 @@ func (c *Controller) consumeResults(ctx context.Context) error {
 	return nil
 }
 
-func (c *Controller) routeResult(subject string, data []byte) {
-	// result.<job>.<step>.<node>
+// routeResult hands a result to its run. stored says it came from the
+// results stream: only a stored result may be final, so that a restarted
+// controller finds every final result it acted on. Running and progress
+// reports come on the core progress subject (or, from older agents, the
+// results stream).
+func (c *Controller) routeResult(subject string, data []byte, stored bool) {
+	// result.<job>.<step>.<node> or progress.<job>.<step>.<node>
 	parts := strings.SplitN(subject, ".", 4)
 	if len(parts) != 4 {
 		return
@@ -348,6 +375,9 @@ func (c *Controller) routeResult(subject string, data []byte) {
 	var tr api.TaskResult
 	if err := json.Unmarshal(data, &tr); err != nil {
 		c.log.Warn("malformed result", "subject", subject, "err", err)
+		return
+	}
+	if !stored && tr.Status != api.ResultRunning && tr.Status != api.ResultProgress {
 		return
 	}
 	// The subject names the sender; trust it over the body.
@@ -371,11 +401,53 @@ func (c *Controller) onCancel(m *nats.Msg) {
 }
 
 func (c *Controller) jobFinished(r *run, status api.JobStatus) {
-	c.metrics.observeJob(r.snapshot(), status)
+	r.mu.Lock()
+	started, finished := r.job.StartedAt, r.job.FinishedAt
+	r.mu.Unlock()
+	c.metrics.observeJob(started, finished, status)
 	c.mu.Lock()
 	delete(c.runs, r.job.ID)
 	c.mu.Unlock()
 	<-c.slots
+}
+
+// startWait is a channel closed when a run of a job starts here, shared by
+// the long polls waiting for it.
+type startWait struct {
+	ch      chan struct{}
+	waiters int
+}
+
+// onStart returns a channel closed when a run of job id starts on this
+// controller, and a function to call when no longer waiting.
+func (c *Controller) onStart(id string) (<-chan struct{}, func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	sw := c.starts[id]
+	if sw == nil {
+		sw = &startWait{ch: make(chan struct{})}
+		c.starts[id] = sw
+	}
+	sw.waiters++
+	return sw.ch, func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		sw.waiters--
+		if sw.waiters == 0 && c.starts[id] == sw {
+			delete(c.starts, id)
+		}
+	}
+}
+
+// addRun registers a run and wakes the long polls waiting for it.
+func (c *Controller) addRun(r *run) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.runs[r.job.ID] = r
+	if sw := c.starts[r.job.ID]; sw != nil {
+		close(sw.ch)
+		delete(c.starts, r.job.ID)
+	}
 }
 
 // localRun returns the run of a job this controller is executing.

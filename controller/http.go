@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -63,7 +65,7 @@ func (c *Controller) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	job := spec.Job()
-	if err := c.reg.catalog().ValidateJob(job); err != nil {
+	if err := c.catalog().ValidateJob(job); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
@@ -87,7 +89,8 @@ func (c *Controller) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		job.Strategy = api.StrategyFailFast
 	}
 	stampTrace(r.Context(), job)
-	if _, err := c.jobs.create(r.Context(), job); err != nil {
+	rev, stored, err := c.jobs.create(r.Context(), job)
+	if err != nil {
 		// The write may have landed without its answer (a server failing
 		// over); such a job has no request and would stay pending, so
 		// mark it failed if it exists.
@@ -105,7 +108,7 @@ func (c *Controller) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	}
 	// The message id makes a retried publish harmless (the stream drops a
 	// duplicate), so it can ride out a stream leader election in a cluster.
-	if _, err := c.js.Publish(r.Context(), api.RequestSubject(job.ID), []byte(job.ID),
+	if _, err := c.js.PublishMsg(r.Context(), requestMsg(job.ID, rev, stored),
 		jetstream.WithMsgID(job.ID), jetstream.WithRetryAttempts(20), jetstream.WithRetryWait(250*time.Millisecond)); err != nil {
 		// Without its request no scheduler would ever see the job.
 		_, _, _ = c.jobs.mutate(context.Background(), job.ID, func(j *api.Job) bool {
@@ -118,6 +121,40 @@ func (c *Controller) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	c.metrics.jobsSubmitted.Inc()
 	jobLogger(c.log, job).Info("job submitted", "target", job.Target.String(), "steps", api.LeafCount(job.Tasks))
 	writeJSON(w, http.StatusAccepted, job)
+}
+
+// catalogCache keeps the merged schemas of online nodes for submissions:
+// merging them walks every node, a cost per POST that grows with the fleet.
+type catalogCache struct {
+	mu      sync.Mutex
+	cat     *api.Catalog
+	at      time.Time
+	changed <-chan struct{} // the registry's change signal when computed
+}
+
+// catalogFresh bounds how old a cached catalog may be. Registrations and
+// status changes drop it at once; this covers a node whose heartbeat ages
+// past node_offline_after, which the registry does not announce.
+const catalogFresh = 100 * time.Millisecond
+
+// catalog returns the merged schemas of online nodes for validating a
+// submission.
+func (c *Controller) catalog() *api.Catalog {
+	cc := &c.catCache
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	if cc.cat != nil && time.Since(cc.at) < catalogFresh {
+		select {
+		case <-cc.changed:
+		default:
+			return cc.cat
+		}
+	}
+	// Take the signal first, so a change while merging drops the result.
+	cc.changed = c.reg.changes()
+	cc.at = time.Now()
+	cc.cat = c.reg.catalog()
+	return cc.cat
 }
 
 // currentJob returns the freshest view of a job: the run's own copy when
@@ -142,8 +179,9 @@ func (c *Controller) handleGetJob(w http.ResponseWriter, r *http.Request) {
 			// The final state as stored, without decoding and encoding it
 			// again.
 			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Content-Length", strconv.Itoa(len(data)))
 			w.WriteHeader(http.StatusOK)
-			_, _ = w.Write(data)
+			_, _ = w.Write(data) //nolint:gosec // the job's JSON as stored, served as application/json
 			return
 		}
 	}
@@ -159,15 +197,68 @@ func (c *Controller) handleGetJob(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, j)
 }
 
-// waitTerminal blocks until the job is terminal or d passes, following the
-// job's key so it answers the moment the job ends on any controller. It
-// returns the stored terminal job's JSON, or nil.
+// waitTerminal blocks until the job is terminal or d passes, and returns
+// the stored terminal job's JSON, or nil. A job this controller runs (or,
+// with no live peer, a pending job, which can then only start here) is
+// followed in memory: the answer is the JSON its run stored. So is a job
+// this controller has just claimed, whose run is about to start. Otherwise it
+// follows the job's key, so it answers the moment the job ends on any
+// controller.
 func (c *Controller) waitTerminal(ctx context.Context, id string, d time.Duration) []byte {
 	if !api.ValidToken(id) {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
+	started, stop := c.onStart(id)
+	defer stop()
+	for {
+		if r := c.localRun(id); r != nil {
+			select {
+			case <-r.settled:
+			case <-ctx.Done():
+				return nil
+			}
+			if data := r.finalJSON(); data != nil {
+				return data
+			}
+			break // stopped without ending the job: follow its key
+		}
+		data, head, err := c.jobs.getRaw(ctx, id)
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, api.ErrNotFound) {
+				return nil
+			}
+			break
+		}
+		if head.Status.Terminal() {
+			return data
+		}
+		// Claimed here, its run about to start; or pending, and no peer
+		// that could take it.
+		mine := head.Status == api.JobRunning && head.Owner == c.id
+		if !mine && (head.Status != api.JobPending || !c.alone()) {
+			break
+		}
+		// Look again now and then, in case a peer has joined since the
+		// last look and takes the job.
+		select {
+		case <-started:
+			started = nil
+		case <-time.After(pendingRecheck):
+		case <-ctx.Done():
+			return nil
+		}
+	}
+	return c.watchTerminal(ctx, id)
+}
+
+// pendingRecheck is how often a long poll that waits for a pending job to
+// start here reads the job again.
+const pendingRecheck = time.Second
+
+// watchTerminal follows the job's key until it is terminal or ctx ends.
+func (c *Controller) watchTerminal(ctx context.Context, id string) []byte {
 	w, err := c.jobs.kv.Watch(ctx, id)
 	if err != nil {
 		return nil
@@ -194,10 +285,21 @@ func (c *Controller) waitTerminal(ctx context.Context, id string, d time.Duratio
 // terminalJSON reports whether a stored job's status is terminal, decoding
 // only the status (a job with 10,000 results is megabytes).
 func terminalJSON(data []byte) bool {
-	var s struct {
-		Status api.JobStatus `json:"status"`
-	}
-	return json.Unmarshal(data, &s) == nil && s.Status.Terminal()
+	return decodeJobHead(data).Status.Terminal()
+}
+
+// jobHeadFields are the fields of a stored job a long poll looks at.
+type jobHeadFields struct {
+	Status api.JobStatus `json:"status"`
+	Owner  string        `json:"owner"`
+}
+
+// decodeJobHead decodes only the status and owner of a stored job (zero if
+// it cannot).
+func decodeJobHead(data []byte) jobHeadFields {
+	var h jobHeadFields
+	_ = json.Unmarshal(data, &h)
+	return h
 }
 
 func (c *Controller) handleCancel(w http.ResponseWriter, r *http.Request) {

@@ -53,7 +53,7 @@ func newMetrics(c *Controller) *metrics {
 		}, []string{"backend", "action", "status"}),
 		firstResult: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "grid_dispatch_first_result_seconds",
-			Help:    "Time from publishing a command to the first result (usually 'running') from a node.",
+			Help:    "Time from publishing a command to the first report from a node: 'running' once a task has run for 100ms, else its final result.",
 			Buckets: telemetry.LatencyBuckets,
 		}),
 		taskResults: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -182,13 +182,13 @@ func boolFloat(b bool) float64 {
 }
 
 // observeJob records a finished job.
-func (m *metrics) observeJob(j *api.Job, status api.JobStatus) {
+func (m *metrics) observeJob(started, finished *time.Time, status api.JobStatus) {
 	m.jobsFinished.WithLabelValues(string(status)).Inc()
-	if j.StartedAt != nil {
+	if started != nil {
 		end := time.Now()
-		if j.FinishedAt != nil {
-			end = *j.FinishedAt
+		if finished != nil {
+			end = *finished
 		}
-		m.jobDuration.WithLabelValues(string(status)).Observe(end.Sub(*j.StartedAt).Seconds())
+		m.jobDuration.WithLabelValues(string(status)).Observe(end.Sub(*started).Seconds())
 	}
 }

@@ -45,6 +45,7 @@ func (c *Controller) deadControllers(ctx context.Context) (map[string]bool, erro
 	}
 	defer func() { _ = w.Stop() }()
 	dead := map[string]bool{}
+	live := 0
 	for e := range w.Updates() {
 		if e == nil {
 			break
@@ -55,10 +56,17 @@ func (c *Controller) deadControllers(ctx context.Context) (map[string]bool, erro
 		}
 		if ci.Status != "online" || time.Since(ci.LastSeen) > c.cfg.ControllerStaleAfter.D() {
 			dead[ci.ID] = true
+		} else {
+			live++
 		}
 	}
+	c.livePeers.Store(int32(live))
 	return dead, nil
 }
+
+// alone reports whether no other controller was alive at the last look
+// (every heartbeat interval): then a pending job can only start here.
+func (c *Controller) alone() bool { return c.livePeers.Load() == 0 }
 
 func (c *Controller) recoverOrphans(ctx context.Context) {
 	dead, err := c.deadControllers(ctx)
@@ -90,6 +98,8 @@ func (c *Controller) recoverOrphans(ctx context.Context) {
 func (c *Controller) adopt(ctx context.Context, id, from string) bool {
 	adopted := false
 	job, rev, err := c.jobs.mutate(ctx, id, func(j *api.Job) bool {
+		// Judged on each try: an earlier try may have lost to a peer.
+		adopted = false
 		if j.Status != api.JobRunning || j.Owner != from {
 			return false
 		}

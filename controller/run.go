@@ -41,12 +41,19 @@ type run struct {
 	flushMu    sync.Mutex
 	mu         sync.Mutex
 	job        *api.Job
+	enc        *jobEncoder // under mu
 	rev        uint64
 	dirty      bool
 	resolvedAt time.Time
 
 	flushKick chan struct{}
 	done      chan struct{}
+	// settled is closed once the run has written its final state, or
+	// stopped without (shutdown, lost ownership); final then holds the
+	// terminal job's JSON as stored, if it wrote one.
+	settled    chan struct{}
+	settleOnce sync.Once
+	final      []byte
 
 	// span is the job's span; trace follows the steps being run.
 	span  trace.Span
@@ -69,7 +76,7 @@ type execState struct {
 // snapshot returns a copy of the job safe to hand out.
 func (r *run) snapshot() *api.Job {
 	r.mu.Lock()
-	b, _ := json.Marshal(r.job)
+	b, _ := r.enc.encode(r.job)
 	r.mu.Unlock()
 	var j api.Job
 	_ = json.Unmarshal(b, &j)
@@ -92,10 +99,15 @@ func (r *run) update(fn func(j *api.Job)) {
 // flushLoop writes the job to KV at most once per flush interval while it
 // changes, so a step on 10,000 nodes is not 10,000 KV writes. A big job's
 // write costs more (its JSON grows with its results), so the wait grows
-// with it: a flush takes at most about a tenth of the run's time.
+// with it: a flush takes at most about a tenth of the run's time, and a
+// run writes its intermediate states at most at flushRate (the server
+// stores every write; a job on 10,000 nodes is megabytes).
 func (r *run) flushLoop() {
 	interval := r.c.cfg.FlushInterval.D()
-	wait := interval
+	r.mu.Lock()
+	guess := len(r.job.Expected) * nodeResultSize
+	r.mu.Unlock()
+	wait := flushWait(interval, 0, guess)
 	for {
 		select {
 		case <-r.done:
@@ -108,12 +120,15 @@ func (r *run) flushLoop() {
 		case <-time.After(wait):
 		}
 		start := time.Now()
-		err := r.flush()
-		wait = min(max(interval, 10*time.Since(start)), maxFlushInterval)
-		if err != nil && !errors.Is(err, errLostOwnership) {
-			// The job is still dirty: try again after the wait rather
-			// than only at its next change.
-			wait = max(wait, 250*time.Millisecond)
+		if size := r.flush(); size > 0 {
+			wait = flushWait(interval, time.Since(start), size)
+		}
+		// A write that failed (a server failing over) left the job dirty
+		// with nothing to kick the next one until the job changes again.
+		r.mu.Lock()
+		dirty := r.dirty
+		r.mu.Unlock()
+		if dirty {
 			select {
 			case r.flushKick <- struct{}{}:
 			default:
@@ -122,29 +137,48 @@ func (r *run) flushLoop() {
 	}
 }
 
-// maxFlushInterval bounds how long intermediate writes of a big job wait.
-const maxFlushInterval = 5 * time.Second
+// flushWait is the wait before the next intermediate write of a job whose
+// last write took took and was size bytes.
+func flushWait(interval, took time.Duration, size int) time.Duration {
+	byRate := time.Duration(float64(size) / flushRate * float64(time.Second))
+	return min(max(interval, 10*took, byRate), maxFlushInterval)
+}
+
+const (
+	// maxFlushInterval bounds how long intermediate writes of a big job
+	// wait.
+	maxFlushInterval = 5 * time.Second
+	// flushRate bounds the bytes per second of a run's intermediate
+	// writes: a job on 1,000 nodes is written every flush_interval (100ms),
+	// one on 10,000 nodes about every 0.75s.
+	flushRate = 4 << 20
+	// nodeResultSize is about what a node's result of one step takes in
+	// the job's JSON, for the first wait.
+	nodeResultSize = 300
+)
 
 // flush writes the job to KV if it changed. The owner is the only writer of
 // a running job, so a conflict means someone else touched it (a cancel from
 // another controller): the stored status wins if it is terminal. The job is
 // encoded under mu and written without it, so results keep flowing into
-// the run while a big job is written.
-func (r *run) flush() error {
+// the run while a big job is written. It returns the size of the JSON it
+// wrote or tried to write, 0 when nothing had changed.
+func (r *run) flush() int {
 	r.flushMu.Lock()
 	defer r.flushMu.Unlock()
 	r.mu.Lock()
 	if !r.dirty {
 		r.mu.Unlock()
-		return nil
+		return 0
 	}
 	id := r.job.ID
-	data, err := json.Marshal(r.job)
+	data, err := r.enc.encode(r.job)
+	terminal := r.job.Status.Terminal()
 	r.dirty = false
 	r.mu.Unlock()
 	if err != nil {
 		r.log.Error("encode job", "err", err)
-		return err
+		return 0
 	}
 	redirty := func() {
 		r.mu.Lock()
@@ -157,24 +191,29 @@ func (r *run) flush() error {
 		rev, err := r.c.jobs.updateRaw(ctx, id, data, r.rev)
 		if err == nil {
 			r.rev = rev
-			return nil
+			if terminal {
+				r.mu.Lock()
+				r.final = data
+				r.mu.Unlock()
+			}
+			return len(data)
 		}
 		if !errors.Is(err, errConflict) {
 			r.log.Warn("write job", "err", err)
 			redirty()
-			return err
+			return len(data)
 		}
 		stored, srev, gerr := r.c.jobs.get(ctx, id)
 		if gerr != nil {
 			r.log.Warn("re-read job after conflict", "err", gerr)
 			redirty()
-			return gerr
+			return len(data)
 		}
 		r.rev = srev
 		if stored.Owner != r.c.id {
 			// Presumed dead and taken over: stop without writing.
 			r.cancel(errLostOwnership)
-			return errLostOwnership
+			return len(data)
 		}
 		r.mu.Lock()
 		terminal := r.job.Status.Terminal()
@@ -184,34 +223,48 @@ func (r *run) flush() error {
 		}
 	}
 	redirty()
-	return errConflict
+	return len(data)
 }
 
 func (r *run) flushNow() {
 	_ = r.flush()
 }
 
-// flushFinal writes the job's final state and keeps trying until it lands:
-// a write can fail while a clustered server fails over ("no response from
-// stream"), and a finished job whose last write was lost would look
-// running forever, since its owner is alive and nobody takes it over. It
-// gives up only when another controller owns the job or this one stops
-// (then a restart or a peer resumes the job from its stored state).
+// flushFinal writes the job's final state, trying again while the bucket
+// does not answer (a cluster failing over): without it the job would stay
+// running in KV under an owner that is alive, so no peer would take it
+// over. It gives up when another controller took the job over, or when
+// this one stops (a restart resumes the job and finds every result).
 func (r *run) flushFinal() {
-	delay := 100 * time.Millisecond
+	wait := 100 * time.Millisecond
 	for {
-		err := r.flush()
-		if err == nil || errors.Is(err, errLostOwnership) {
+		_ = r.flush()
+		r.mu.Lock()
+		dirty := r.dirty
+		r.mu.Unlock()
+		if !dirty || errors.Is(context.Cause(r.ctx), errLostOwnership) {
 			return
 		}
 		select {
 		case <-r.c.stopping:
-			r.log.Warn("final state of the job not written before shutdown", "err", err)
 			return
-		case <-time.After(delay):
+		case <-time.After(wait):
 		}
-		delay = min(2*delay, 2*time.Second)
+		wait = min(2*wait, 5*time.Second)
 	}
+}
+
+// settle marks the run's last write done; long polls then answer.
+func (r *run) settle() {
+	r.settleOnce.Do(func() { close(r.settled) })
+}
+
+// finalJSON is the terminal job as this run stored it, or nil when it did
+// not store one (yet).
+func (r *run) finalJSON() []byte {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.final
 }
 
 // deliver hands a result to the run; it never blocks the consumer for long.
@@ -227,10 +280,20 @@ func (r *run) execute() {
 	defer close(r.done)
 	defer r.cancel(nil)
 	defer r.stopTimeout()
+	defer r.settle()
 	go r.flushLoop()
 
-	job := r.snapshot()
-	st := &execState{active: slices.Clone(job.Expected)}
+	// The target, tasks, timeout and expected nodes do not change while
+	// the job runs.
+	r.mu.Lock()
+	job := struct {
+		Target   api.Target
+		Tasks    []api.Phase
+		Timeout  string
+		Expected []string
+	}{r.job.Target, r.job.Tasks, r.job.Timeout, slices.Clone(r.job.Expected)}
+	r.mu.Unlock()
+	st := &execState{active: job.Expected}
 	var errMsg string
 	if len(st.active) == 0 {
 		errMsg = errNoNodes.Error() + " (" + job.Target.String() + ")"
@@ -275,6 +338,7 @@ func (r *run) execute() {
 		j.FinishedAt = &now
 	})
 	r.flushFinal()
+	r.settle()
 	endJobSpan(r.span, status, errMsg)
 	r.log.Info("job finished", "status", status, "error", errMsg)
 	r.c.jobFinished(r, status)

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
@@ -82,13 +83,50 @@ const missingJobGrace = 30 * time.Second
 // fetchBatch bounds how many requests one pull of the scheduler takes.
 const fetchBatch = 64
 
+// requestRevHeader carries, on a request, the revision of the job stored
+// with it in the message body.
+const requestRevHeader = "Grid-Job-Revision"
+
+// maxRequestJob bounds the job JSON a request carries; a bigger job's
+// request holds only its id.
+const maxRequestJob = 64 << 10
+
+// requestMsg is the request for a submitted job: its id in the subject, and
+// the job as stored with its revision, so a claim needs no read while the
+// job is unchanged. A request with only the id in its body (a big job, or
+// an older controller's) works too.
+func requestMsg(id string, rev uint64, stored []byte) *nats.Msg {
+	m := &nats.Msg{Subject: api.RequestSubject(id), Data: []byte(id)}
+	if len(stored) <= maxRequestJob {
+		m.Header = nats.Header{requestRevHeader: []string{strconv.FormatUint(rev, 10)}}
+		m.Data = stored
+	}
+	return m
+}
+
+// requestJob returns the job and revision a request carries, or nil.
+func requestJob(m jetstream.Msg, id string) (*api.Job, uint64) {
+	rev, err := strconv.ParseUint(m.Headers().Get(requestRevHeader), 10, 64)
+	if err != nil {
+		return nil, 0
+	}
+	var j api.Job
+	if json.Unmarshal(m.Data(), &j) != nil || j.ID != id {
+		return nil, 0
+	}
+	return &j, rev
+}
+
 // claim takes a submitted job: it moves it from pending to running with
 // this controller as owner (compare-and-swap, so two controllers never both
 // win) and starts it. It returns whether a run started.
 func (c *Controller) claim(ctx context.Context, m jetstream.Msg) bool {
 	id := strings.TrimPrefix(m.Subject(), "request.")
 	started := false
-	job, rev, err := c.jobs.mutate(ctx, id, func(j *api.Job) bool {
+	carried, crev := requestJob(m, id)
+	job, rev, err := c.jobs.mutateFrom(ctx, id, carried, crev, func(j *api.Job) bool {
+		// Judged on each try: an earlier try may have lost to a cancel.
+		started = false
 		if j.Status != api.JobPending {
 			return false
 		}
@@ -120,17 +158,18 @@ func (c *Controller) claim(ctx context.Context, m jetstream.Msg) bool {
 		_ = m.NakWithDelay(time.Second)
 		return false
 	}
+	if started {
+		c.startRun(job, rev)
+	}
 	// A confirmed ack: once a job runs its request no longer counts as
-	// pending for admission control.
+	// pending for admission control. (A controller that dies before the
+	// ack leaves the request to be delivered again; the job is no longer
+	// pending then, and the request is dropped.)
 	if err := m.DoubleAck(ctx); err != nil {
 		c.log.Warn("ack request", "job", id, "err", err)
 	}
-	if !started {
-		// Cancelled while pending, or already taken.
-		return false
-	}
-	c.startRun(job, rev)
-	return true
+	// Not started: cancelled while pending, or already taken.
+	return started
 }
 
 // startRun executes a job this controller owns.
@@ -151,12 +190,10 @@ func (c *Controller) startRun(job *api.Job, rev uint64) {
 	r := &run{
 		c: c, log: jobLogger(c.log, job), steps: api.Flatten(job.Tasks), span: span,
 		inbox: make(chan *api.TaskResult, max(size, 1024)), retryC: make(chan retryReq, 64),
-		ctx: rctx, cancel: cancel, stopTimeout: stopTimeout, job: job, rev: rev, resolvedAt: *job.StartedAt,
-		flushKick: make(chan struct{}, 1), done: make(chan struct{}),
+		ctx: rctx, cancel: cancel, stopTimeout: stopTimeout, job: job, enc: newJobEncoder(), rev: rev, resolvedAt: *job.StartedAt,
+		flushKick: make(chan struct{}, 1), done: make(chan struct{}), settled: make(chan struct{}),
 	}
-	c.mu.Lock()
-	c.runs[job.ID] = r
-	c.mu.Unlock()
+	c.addRun(r)
 	r.log.Info("job started", "target", job.Target.String(), "nodes", len(job.Expected), "steps", len(r.steps))
 	go r.execute()
 }

@@ -1,6 +1,7 @@
 package controller_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
@@ -39,5 +40,16 @@ tasks:
 				t.Fatalf("step %d node %s: %+v, want success %q", step, n, r, want)
 			}
 		}
+	}
+}
+
+// A job too big to ride along in its request (which then holds only the
+// id) is claimed by reading it.
+func TestBigJobIsClaimedFromTheBucket(t *testing.T) {
+	f := fleettest.Start(t, fleet.Options{Agents: 1})
+	msg := strings.Repeat("x", 100<<10)
+	j := submitWait(t, f, "target: {scope: all}\ntasks: [{backend: ping, action: echo, params: {message: "+msg+"}}]")
+	if j.Status != api.JobCompleted || j.Results.Node(0, j.Expected[0]).Output != msg {
+		t.Fatalf("status %s (%s)", j.Status, j.Error)
 	}
 }

@@ -157,6 +157,11 @@ func (r *run) runSteps(steps []api.FlatStep, nodes []string, entryFailed, barrie
 					res.Duration = tr.Duration
 					res.Attempts = tr.Attempt
 					res.Progress = nil
+					if tr.StartedAt != nil && !ranEvent(res.Events, tr.Attempt) {
+						// A task that ended quickly sent no running report;
+						// its final result says when it started.
+						res.Events = append(res.Events, api.Event{Status: api.StepRunning, Time: *tr.StartedAt, Attempt: tr.Attempt})
+					}
 					res.Events = append(res.Events, api.Event{Status: tr.Status, Time: tr.Timestamp, Attempt: tr.Attempt, Message: tr.Error})
 					if final {
 						res.Status = tr.Status
@@ -304,6 +309,22 @@ func skipInPipeline(c api.Condition, entryFailed, nodeFailed, barrier bool) (str
 		return "skipped: condition on_failure not met", true
 	}
 	return "", false
+}
+
+// ranEvent reports whether the timeline holds a running event of attempt
+// since its last dispatch.
+func ranEvent(events []api.Event, attempt int) bool {
+	for i := len(events) - 1; i >= 0; i-- {
+		switch events[i].Status {
+		case api.StepRunning:
+			if events[i].Attempt == attempt {
+				return true
+			}
+		case api.StepDispatched:
+			return false
+		}
+	}
+	return false
 }
 
 func (r *run) nodeResult(step int, node string) *api.NodeResult {

@@ -38,16 +38,32 @@ func (s *jobStore) get(ctx context.Context, id string) (*api.Job, uint64, error)
 	return &j, e.Revision(), nil
 }
 
-func (s *jobStore) create(ctx context.Context, j *api.Job) (uint64, error) {
+// getRaw returns a stored job's JSON with its status and owner.
+func (s *jobStore) getRaw(ctx context.Context, id string) ([]byte, jobHeadFields, error) {
+	if !api.ValidToken(id) {
+		return nil, jobHeadFields{}, api.ErrNotFound
+	}
+	e, err := s.kv.Get(ctx, id)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, jobHeadFields{}, api.ErrNotFound
+	}
+	if err != nil {
+		return nil, jobHeadFields{}, fmt.Errorf("read job %s: %w", id, err)
+	}
+	return e.Value(), decodeJobHead(e.Value()), nil
+}
+
+// create stores a new job and returns its revision and JSON.
+func (s *jobStore) create(ctx context.Context, j *api.Job) (uint64, []byte, error) {
 	b, err := json.Marshal(j)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	rev, err := s.kv.Create(ctx, j.ID, b)
 	if err != nil {
-		return 0, fmt.Errorf("store job %s: %w", j.ID, err)
+		return 0, nil, fmt.Errorf("store job %s: %w", j.ID, err)
 	}
-	return rev, nil
+	return rev, b, nil
 }
 
 // update writes j if the stored revision is still rev.
@@ -80,16 +96,25 @@ func (s *jobStore) updateRaw(ctx context.Context, id string, b []byte, rev uint6
 // mutate applies fn to the latest stored job and writes it by CAS, retrying
 // on conflict. fn returns false to leave the job as it is.
 func (s *jobStore) mutate(ctx context.Context, id string, fn func(*api.Job) bool) (*api.Job, uint64, error) {
+	return s.mutateFrom(ctx, id, nil, 0, fn)
+}
+
+// mutateFrom is mutate starting from a copy of the job believed current at
+// revision rev (nil: read it), which saves a read when it still is.
+func (s *jobStore) mutateFrom(ctx context.Context, id string, j *api.Job, rev uint64, fn func(*api.Job) bool) (*api.Job, uint64, error) {
 	for range 20 {
-		j, rev, err := s.get(ctx, id)
-		if err != nil {
-			return nil, 0, err
+		if j == nil {
+			var err error
+			if j, rev, err = s.get(ctx, id); err != nil {
+				return nil, 0, err
+			}
 		}
 		if !fn(j) {
 			return j, rev, nil
 		}
 		nrev, err := s.update(ctx, j, rev)
 		if errors.Is(err, errConflict) {
+			j = nil
 			continue
 		}
 		return j, nrev, err

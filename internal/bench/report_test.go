@@ -35,8 +35,8 @@ func TestPercentile(t *testing.T) {
 func TestFanoutReport(t *testing.T) {
 	jobs := []time.Duration{30 * time.Millisecond, 10 * time.Millisecond, 20 * time.Millisecond}
 	floor := []time.Duration{4 * time.Millisecond, 5 * time.Millisecond, 6 * time.Millisecond}
-	r := NewFanoutReport(1000, jobs, floor, 3)
-	if r.P50Ms != 20 || r.P99Ms != 30 || r.FloorP50Ms != 5 || r.RatioP50 != 4 || r.Rounds != 3 {
+	r := NewFanoutReport(1000, jobs, floor, 3, 36*time.Millisecond)
+	if r.P50Ms != 20 || r.P99Ms != 30 || r.FloorP50Ms != 5 || r.RatioP50 != 4 || r.Rounds != 3 || r.CPUMsPerRound != 12 {
 		t.Fatalf("report: %+v", r)
 	}
 	b, err := json.Marshal(r)
@@ -45,7 +45,7 @@ func TestFanoutReport(t *testing.T) {
 	}
 	var m map[string]any
 	_ = json.Unmarshal(b, &m)
-	for _, k := range []string{"agents", "rounds", "p50_ms", "p90_ms", "p99_ms", "floor_p50_ms", "ratio_p50"} {
+	for _, k := range []string{"agents", "rounds", "p50_ms", "p90_ms", "p99_ms", "floor_p50_ms", "ratio_p50", "cpu_ms_per_round"} {
 		if _, ok := m[k]; !ok {
 			t.Errorf("JSON lacks %s: %s", k, b)
 		}
@@ -62,12 +62,12 @@ func TestThroughputReport(t *testing.T) {
 	for i := range lat {
 		lat[i] = time.Duration(i+1) * time.Millisecond
 	}
-	r := NewThroughputReport(10, 8, 2*time.Second, lat, 1)
-	if r.Jobs != 100 || r.JobsPerS != 50 || r.P50Ms != 50 || r.P99Ms != 99 || r.Seconds != 2 {
+	r := NewThroughputReport(10, 8, 2*time.Second, lat, 1, 150*time.Millisecond)
+	if r.Jobs != 100 || r.JobsPerS != 50 || r.P50Ms != 50 || r.P99Ms != 99 || r.Seconds != 2 || r.CPUMsPerJob != 1.5 {
 		t.Fatalf("report: %+v", r)
 	}
 	b, _ := json.Marshal(r)
-	for _, k := range []string{`"jobs"`, `"seconds"`, `"jobs_per_s"`, `"p50_ms"`, `"p99_ms"`} {
+	for _, k := range []string{`"jobs"`, `"seconds"`, `"jobs_per_s"`, `"p50_ms"`, `"p99_ms"`, `"cpu_ms_per_job"`} {
 		if !bytes.Contains(b, []byte(k)) {
 			t.Errorf("JSON lacks %s: %s", k, b)
 		}

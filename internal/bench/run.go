@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -117,38 +118,60 @@ func (e *Env) FanoutJob() *api.JobSpec {
 	}
 }
 
+// FanoutResult is what Fanout measured.
+type FanoutResult struct {
+	// Latencies are the counted rounds' times, submit to completed.
+	Latencies []time.Duration
+	// Verified counts the jobs checked in the jobs bucket.
+	Verified int
+	// CPU is the process's CPU time over the counted rounds, without the
+	// checks of the stored jobs.
+	CPU time.Duration
+}
+
 // Fanout submits the fan-out job rounds times, one after the other, and
 // returns each round's time from submit to the long poll answering
 // completed. Every job is then checked in the jobs bucket. One warm-up
 // round runs first and is not counted.
-func (e *Env) Fanout(ctx context.Context, rounds int) ([]time.Duration, int, error) {
+func (e *Env) Fanout(ctx context.Context, rounds int) (FanoutResult, error) {
 	names := e.Names()
-	var out []time.Duration
-	verified := 0
+	var res FanoutResult
 	for r := -1; r < rounds; r++ {
+		cpu0 := CPUTime()
 		start := time.Now()
 		j, err := e.client.SubmitJob(ctx, e.FanoutJob())
 		if err != nil {
-			return nil, verified, fmt.Errorf("submit: %w", err)
+			return res, fmt.Errorf("submit: %w", err)
 		}
 		done, err := e.client.WaitJob(ctx, j.ID)
 		if err != nil {
-			return nil, verified, fmt.Errorf("wait for job %s: %w", j.ID, err)
+			return res, fmt.Errorf("wait for job %s: %w", j.ID, err)
 		}
 		d := time.Since(start)
+		cpu := CPUTime() - cpu0
 		if done.Status != api.JobCompleted {
-			return nil, verified, fmt.Errorf("job %s ended %s: %s", j.ID, done.Status, done.Error)
+			return res, fmt.Errorf("job %s ended %s: %s", j.ID, done.Status, done.Error)
 		}
 		if err := e.VerifyStored(ctx, j.ID, names); err != nil {
-			return nil, verified, err
+			return res, err
 		}
 		if r >= 0 {
-			verified++
-			out = append(out, d)
-			e.printf("  round %d/%d: %.1f ms (%s)", r+1, rounds, ms(d), phases(start, done))
+			res.Verified++
+			res.Latencies = append(res.Latencies, d)
+			res.CPU += cpu
+			e.printf("  round %d/%d: %.1f ms, cpu %.1f ms (%s)", r+1, rounds, ms(d), ms(cpu), phases(start, done))
 		}
 	}
-	return out, verified, nil
+	return res, nil
+}
+
+// CPUTime is the CPU time (user and system) this process has used.
+func CPUTime() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // VerifyStored reads the job from the jobs bucket and checks that step 0
@@ -181,15 +204,29 @@ func (e *Env) VerifyStored(ctx context.Context, id string, nodes []string) error
 	return nil
 }
 
+// ThroughputResult is what Throughput measured.
+type ThroughputResult struct {
+	// Latencies are the jobs' times, submit to completed.
+	Latencies []time.Duration
+	// Elapsed is the wall time of the whole run.
+	Elapsed time.Duration
+	// Rejected counts submissions turned away with 429 (and retried).
+	Rejected int
+	// CPU is the process's CPU time over the run, without the checks of
+	// the stored jobs.
+	CPU time.Duration
+}
+
 // Throughput submits jobs single-node jobs (round robin over the agents),
 // at most inFlight at once, each waited for with the long poll. It returns
 // each job's submit-to-completed time, the wall time, and how many
 // submissions were turned away with 429 (and retried). Every job is then
 // checked in the jobs bucket.
-func (e *Env) Throughput(ctx context.Context, jobs, inFlight int) ([]time.Duration, time.Duration, int, error) {
+func (e *Env) Throughput(ctx context.Context, jobs, inFlight int) (ThroughputResult, error) {
+	var res ThroughputResult
 	names := e.Names()
 	if len(names) == 0 {
-		return nil, 0, 0, errors.New("no agents")
+		return res, errors.New("no agents")
 	}
 	lat := make([]time.Duration, jobs)
 	ids := make([]string, jobs)
@@ -210,6 +247,7 @@ func (e *Env) Throughput(ctx context.Context, jobs, inFlight int) ([]time.Durati
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	cpu0 := CPUTime()
 	start := time.Now()
 	stopProgress := e.every(time.Second, func() {
 		e.printf("  jobs completed %d/%d (%.1fs)", doneN.Load(), jobs, time.Since(start).Seconds())
@@ -263,20 +301,21 @@ func (e *Env) Throughput(ctx context.Context, jobs, inFlight int) ([]time.Durati
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	cpu := CPUTime() - cpu0
 	stopProgress()
 	if firstErr != nil {
-		return nil, 0, 0, firstErr
+		return res, firstErr
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, 0, 0, err
+		return res, err
 	}
 	e.printf("  checking %d jobs in the jobs bucket", jobs)
 	for i, id := range ids {
 		if err := e.VerifyStored(ctx, id, []string{names[i%len(names)]}); err != nil {
-			return nil, 0, 0, err
+			return res, err
 		}
 	}
-	return lat, elapsed, int(rejected.Load()), nil
+	return ThroughputResult{Latencies: lat, Elapsed: elapsed, Rejected: int(rejected.Load()), CPU: cpu}, nil
 }
 
 // phases splits a job's time by the timestamps it carries: queued (submit
