@@ -179,11 +179,12 @@ func (r *registry) changes() <-chan struct{} {
 // put of it, whichever is later.
 func (r *registry) online(id string, now time.Time) bool {
 	r.mu.RLock()
+	defer r.mu.RUnlock()
 	n := r.nodes[id]
-	r.mu.RUnlock()
 	return n != nil && r.isOnline(n, now)
 }
 
+// isOnline needs r.mu held (read or write).
 func (r *registry) isOnline(n *api.NodeInfo, now time.Time) bool {
 	if n.Status != api.NodeOnline {
 		return false
