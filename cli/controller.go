@@ -51,11 +51,6 @@ before. The controller stops on SIGINT or SIGTERM.`,
 
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			if limit, why := cfg.RunMemoryLimit(ctx, os.Getenv, logger); limit > 0 {
-				logger.Info("soft memory limit", "limit", controller.ByteSize(limit).String(), "at_least", "twice the live heap")
-			} else {
-				logger.Info("no soft memory limit set by grid", "because", why)
-			}
 			stopTracing, err := telemetry.StartTracing(ctx, "grid-controller", g.stderr, logger)
 			if err != nil {
 				return usageErrorf("%w", err)
@@ -64,6 +59,11 @@ before. The controller stops on SIGINT or SIGTERM.`,
 			c, err := controller.New(cfg)
 			if err != nil {
 				return fmt.Errorf("controller: %w", err)
+			}
+			if limit, why := cfg.RunMemoryLimit(ctx, os.Getenv, logger, c.Busy); limit > 0 {
+				logger.Info("soft memory limit while no job runs", "limit", controller.ByteSize(limit).String(), "at_least", "twice the live heap")
+			} else {
+				logger.Info("no soft memory limit set by grid", "because", why)
 			}
 			if err := c.Start(ctx); err != nil {
 				return fmt.Errorf("start controller: %w", err)

@@ -120,7 +120,7 @@ func TestMemoryLimitEnvironment(t *testing.T) {
 	t.Cleanup(func() { debug.SetMemoryLimit(prev) })
 	cfg.MemoryLimit = 2 << 30
 	ctx, cancel := context.WithCancel(context.Background())
-	if got, _ := cfg.RunMemoryLimit(ctx, env(), nil); got != 2<<30 || debug.SetMemoryLimit(-1) != 2<<30 {
+	if got, _ := cfg.RunMemoryLimit(ctx, env(), nil, nil); got != 2<<30 || debug.SetMemoryLimit(-1) != 2<<30 {
 		t.Errorf("set %d, runtime has %d", got, debug.SetMemoryLimit(-1))
 	}
 	cancel()
@@ -133,7 +133,7 @@ func TestMemoryLimitEnvironment(t *testing.T) {
 	}
 	ctx, cancel = context.WithCancel(context.Background())
 	defer cancel()
-	if got, _ := cfg.RunMemoryLimit(ctx, env("GOMEMLIMIT", "1GiB"), nil); got != 0 || debug.SetMemoryLimit(-1) != prev {
+	if got, _ := cfg.RunMemoryLimit(ctx, env("GOMEMLIMIT", "1GiB"), nil, nil); got != 0 || debug.SetMemoryLimit(-1) != prev {
 		t.Errorf("with GOMEMLIMIT set: set %d, runtime has %d, want it untouched (%d)", got, debug.SetMemoryLimit(-1), prev)
 	}
 }
@@ -148,8 +148,12 @@ func TestEffectiveMemoryLimit(t *testing.T) {
 		{300 << 20, 400 << 20, 800 << 20},
 		{300 << 20, math.MaxInt64 - 1, math.MaxInt64},
 	} {
-		if got := effectiveMemoryLimit(tc.limit, tc.live); got != tc.want {
+		if got := effectiveMemoryLimit(tc.limit, tc.live, false); got != tc.want {
 			t.Errorf("effectiveMemoryLimit(%d, %d) = %d, want %d", tc.limit, tc.live, got, tc.want)
+		}
+		// Running jobs lift it.
+		if got := effectiveMemoryLimit(tc.limit, tc.live, true); got != math.MaxInt64 {
+			t.Errorf("effectiveMemoryLimit(%d, %d, busy) = %d, want no limit", tc.limit, tc.live, got)
 		}
 	}
 }

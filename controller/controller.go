@@ -81,6 +81,13 @@ func New(cfg Config) (*Controller, error) {
 	return c, nil
 }
 
+// Busy reports whether the controller is running jobs.
+func (c *Controller) Busy() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.runs) > 0
+}
+
 // ID is the controller's name among its peers.
 func (c *Controller) ID() string { return c.id }
 

@@ -115,8 +115,9 @@ func (c Config) memoryLimit(getenv func(string) string) (int64, string) {
 	return int64(c.MemoryLimit), "memory_limit"
 }
 
-// memoryLimitFloorEvery is how often RunMemoryLimit looks at the live heap.
-const memoryLimitFloorEvery = time.Second
+// memoryLimitFloorEvery is how often RunMemoryLimit looks at the live heap
+// and whether the controller is running jobs.
+const memoryLimitFloorEvery = 100 * time.Millisecond
 
 // effectiveMemoryLimit is the limit to set for a live heap (bytes marked by
 // the last collection): the configured one, but never below twice the live
@@ -126,8 +127,14 @@ const memoryLimitFloorEvery = time.Second
 // stacks that grew and are idle, freed pages not yet returned to the OS —
 // and never makes the collector run back to back because a fleet or a burst
 // of jobs outgrew the configured figure.
-func effectiveMemoryLimit(limit, live int64) int64 {
-	if live > math.MaxInt64/2 {
+//
+// While the controller runs jobs (busy) there is no limit: a fan-out to
+// 10,000 nodes allocates megabytes of results and JSON in a burst, and with
+// the limit the collector would run back to back through it (a 10,000-node
+// round took six times as long). The limit is for the long idle stretches in
+// which agents only heartbeat; it takes effect again once the jobs are done.
+func effectiveMemoryLimit(limit, live int64, busy bool) int64 {
+	if busy || live > math.MaxInt64/2 {
 		return math.MaxInt64
 	}
 	return max(limit, 2*live)
@@ -135,13 +142,14 @@ func effectiveMemoryLimit(limit, live int64) int64 {
 
 // RunMemoryLimit sets the process's soft memory limit
 // (runtime/debug.SetMemoryLimit) from the config and keeps it at least
-// twice the live heap (see effectiveMemoryLimit), checking every second
-// until ctx ends, when it puts back the limit it found. Nothing is set when
+// twice the live heap and lifted while busy reports running jobs (see
+// effectiveMemoryLimit), checking every 100ms until ctx ends, when it puts
+// back the limit it found. busy may be nil (never busy). Nothing is set when
 // GOMEMLIMIT or GOGC is in the environment (getenv, normally os.Getenv) or
 // memory_limit is 0. It is for a process that is a controller above all
 // (grid controller): the limit holds for everything in the process. It
 // returns the configured limit, or 0 and the reason none is set.
-func (c Config) RunMemoryLimit(ctx context.Context, getenv func(string) string, log *slog.Logger) (int64, string) {
+func (c Config) RunMemoryLimit(ctx context.Context, getenv func(string) string, log *slog.Logger, busy func() bool) (int64, string) {
 	limit, why := c.memoryLimit(getenv)
 	if limit <= 0 {
 		return 0, why
@@ -155,7 +163,7 @@ func (c Config) RunMemoryLimit(ctx context.Context, getenv func(string) string, 
 		if live[0].Value.Kind() != rtmetrics.KindUint64 {
 			return limit
 		}
-		return effectiveMemoryLimit(limit, int64(min(live[0].Value.Uint64(), math.MaxInt64)))
+		return effectiveMemoryLimit(limit, int64(min(live[0].Value.Uint64(), math.MaxInt64)), busy != nil && busy())
 	}
 	set := current()
 	prev := debug.SetMemoryLimit(set)
