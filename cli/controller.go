@@ -92,7 +92,7 @@ before. The controller stops on SIGINT or SIGTERM.`,
 	f.StringSliceVar(&o.flags.Routes, "routes", def.Routes, "peers' cluster addresses, comma-separated (nats://host:port,...)")
 	f.IntVar(&o.flags.Replicas, "replicas", def.Replicas, "replicas of every stream and bucket: 1, or 3 in a cluster of three or more")
 	o.flags.MemoryLimit = def.MemoryLimit
-	f.Var(&o.flags.MemoryLimit, "memory-limit", "soft memory limit of the Go runtime for this process, e.g. 300MiB; 0 for none (GOMEMLIMIT or GOGC in the environment take precedence)")
+	f.Var(&o.flags.MemoryLimit, "memory-limit", "soft memory limit of the Go runtime for this process while no job runs, e.g. 300MiB; 0 for none (GOMEMLIMIT or GOGC in the environment take precedence)")
 	f.StringVar(&o.flags.DebugAddr, "debug-addr", def.DebugAddr, "serve the Go profiler (/debug/pprof/) and runtime memory figures (/debug/memory) on this host:port (off when empty)")
 	o.logs.register(f, "info")
 	return cmd
