@@ -31,9 +31,11 @@ const (
 	// commands stream keeps commands for an hour, so a redelivery older than
 	// that cannot happen.
 	seenMax = 100_000
-	// finalsMax bounds the finished results kept for answering repeats.
-	finalsMax = 10000
-	seenTTL   = time.Hour
+	seenTTL = time.Hour
+	// finalsMax and finalsMaxBytes bound the finished results kept for
+	// answering repeats; they expire with their dedupe key (seenTTL).
+	finalsMax      = 10000
+	finalsMaxBytes = 64 << 20
 	// opTimeout bounds one KV or publish round trip.
 	opTimeout = 5 * time.Second
 	// drainTimeout bounds the final drain of the connection.
@@ -71,9 +73,9 @@ type Agent struct {
 	mu        sync.Mutex
 	info      api.NodeInfo
 	stopping  bool
-	seen      *recentSet[taskKey]
-	finals    *finalCache
-	cancelled *recentSet[string]
+	seen      *recent[taskKey, struct{}]
+	finals    *recent[taskKey, finalResult]
+	cancelled *recent[string, struct{}]
 	running   map[string]map[*task]struct{}
 	cmdSubs   []*nats.Subscription
 	cancelSub *nats.Subscription
@@ -166,9 +168,9 @@ func New(cfg Config) (*Agent, error) {
 		reg:        reg,
 		schemas:    schemas,
 		digest:     api.SchemaDigest(schemas),
-		seen:       newRecentSet[taskKey](seenMax, seenTTL),
-		finals:     newFinalCache(finalsMax),
-		cancelled:  newRecentSet[string](10_000, seenTTL),
+		seen:       newRecent[taskKey, struct{}](seenMax, seenTTL),
+		finals:     newFinalCache(finalsMax, finalsMaxBytes, seenTTL),
+		cancelled:  newRecent[string, struct{}](10_000, seenTTL),
 		running:    map[string]map[*task]struct{}{},
 		slots:      make(chan struct{}, cfg.MaxConcurrent),
 		taskCtx:    taskCtx,
@@ -368,7 +370,19 @@ func (a *Agent) heartbeat(ctx context.Context) {
 		if err := a.putInfo(ctx, api.NodeOnline); err != nil && ctx.Err() == nil {
 			a.log.Warn("heartbeat failed", "err", err)
 		}
+		a.sweep(time.Now())
 	}
+}
+
+// sweep drops the dedupe keys, cancelled jobs and recorded results that
+// expired, which otherwise happens only when commands arrive: an agent that
+// went idle gives their memory back.
+func (a *Agent) sweep(now time.Time) {
+	a.mu.Lock()
+	a.seen.sweep(now)
+	a.finals.sweep(now)
+	a.cancelled.sweep(now)
+	a.mu.Unlock()
 }
 
 // Kill closes the connection abruptly without marking the node offline, as
@@ -506,8 +520,8 @@ func (a *Agent) onCommand(msg *nats.Msg) {
 			return
 		}
 	}
-	if a.seen.Has(key, now) {
-		f, done := a.finals.get(key)
+	if a.seen.has(key, now) {
+		f, done := a.finals.get(key, now)
 		a.mu.Unlock()
 		a.stats.duplicates.Add(1)
 		if done {
@@ -518,10 +532,10 @@ func (a *Agent) onCommand(msg *nats.Msg) {
 		log.Info("ignoring duplicate command", "subject", msg.Subject)
 		return
 	}
-	a.seen.Add(key, now)
+	a.seen.add(key, struct{}{}, now)
 	t := a.newTask(cmd, log)
 	t.parent = parent
-	if a.cancelled.Has(cmd.JobID, now) {
+	if a.cancelled.has(cmd.JobID, now) {
 		t.cancel(cancelledErr(cmd.JobID))
 	}
 	a.tasks.Add(1)
@@ -563,7 +577,7 @@ func (a *Agent) onCancel(msg *nats.Msg) {
 		return
 	}
 	a.mu.Lock()
-	a.cancelled.Add(job, time.Now())
+	a.cancelled.add(job, struct{}{}, time.Now())
 	n := 0
 	for t := range a.running[job] {
 		t.cancel(cancelledErr(job))

@@ -1,70 +1,125 @@
 package agent
 
-import "time"
+import (
+	"maps"
+	"time"
+)
 
-// recentSet remembers keys for a while, bounded in both size and age, so an
-// agent that runs for months does not grow without limit. It is not safe for
-// concurrent use; the agent guards it with its mutex.
-type recentSet[K comparable] struct {
-	max   int
-	ttl   time.Duration
-	added map[K]time.Time
+// shrinkMin is the peak size below which a drained map is kept as it is.
+const shrinkMin = 1024
+
+// recent remembers values by key for a while, bounded in count, in bytes
+// (when it has a size function) and in age, oldest evicted first, so an agent
+// that runs for months does not grow without limit. Its sweep drops what
+// expired and gives back the memory of a map that has drained; the heartbeat
+// calls it, so an agent that went idle does not keep its last busy hour's
+// keys. It is not safe for concurrent use; the agent guards it with its
+// mutex.
+type recent[K comparable, V any] struct {
+	maxLen   int
+	maxBytes int         // 0: no bound on bytes
+	size     func(V) int // bytes of a value, counted against maxBytes
+	ttl      time.Duration
+	m        map[K]stamped[V]
 	// order holds keys oldest first from head on; evicting from the front
 	// keeps eviction O(1) per key.
 	order []K
 	head  int
+	bytes int
+	// peak is the most entries m held since it was last rebuilt.
+	peak int
 }
 
-func newRecentSet[K comparable](limit int, ttl time.Duration) *recentSet[K] {
-	return &recentSet[K]{max: limit, ttl: ttl, added: map[K]time.Time{}}
+type stamped[V any] struct {
+	v  V
+	at time.Time
 }
 
-// Has reports whether k was added and has not yet expired.
-func (s *recentSet[K]) Has(k K, now time.Time) bool {
-	s.evict(now)
-	_, ok := s.added[k]
+func newRecent[K comparable, V any](maxLen int, ttl time.Duration) *recent[K, V] {
+	return &recent[K, V]{maxLen: maxLen, ttl: ttl, m: map[K]stamped[V]{}}
+}
+
+// get returns the value remembered for k, if it has not expired.
+func (r *recent[K, V]) get(k K, now time.Time) (V, bool) {
+	r.evict(now)
+	e, ok := r.m[k]
+	return e.v, ok
+}
+
+// has reports whether k is remembered and has not expired.
+func (r *recent[K, V]) has(k K, now time.Time) bool {
+	_, ok := r.get(k, now)
 	return ok
 }
 
-// Add remembers k from now on; adding a remembered key changes nothing.
-func (s *recentSet[K]) Add(k K, now time.Time) {
-	s.evict(now)
-	if _, ok := s.added[k]; ok {
-		return
+// add remembers v for k from now on. Adding a remembered key replaces its
+// value but not its age or place in the eviction order.
+func (r *recent[K, V]) add(k K, v V, now time.Time) {
+	r.evict(now)
+	if e, ok := r.m[k]; ok {
+		r.bytes += r.sizeOf(v) - r.sizeOf(e.v)
+		r.m[k] = stamped[V]{v: v, at: e.at}
+	} else {
+		r.m[k] = stamped[V]{v: v, at: now}
+		r.order = append(r.order, k)
+		r.bytes += r.sizeOf(v)
+		r.peak = max(r.peak, len(r.m))
 	}
-	s.added[k] = now
-	s.order = append(s.order, k)
-	for len(s.added) > s.max {
-		s.popFront()
+	// The newest entry stays even when it alone is over the byte bound.
+	for len(r.m) > r.maxLen || (r.maxBytes > 0 && r.bytes > r.maxBytes && len(r.m) > 1) {
+		r.popFront()
 	}
 }
 
 // Len is the number of remembered keys.
-func (s *recentSet[K]) Len() int { return len(s.added) }
+func (r *recent[K, V]) Len() int { return len(r.m) }
 
-func (s *recentSet[K]) evict(now time.Time) {
-	for s.head < len(s.order) {
-		t, ok := s.added[s.order[s.head]]
-		if ok && now.Sub(t) < s.ttl {
-			return
-		}
-		s.popFront()
+// sweep forgets the expired entries and, once the map holds a quarter of
+// what it once held, moves what is left to a map of its size: a Go map keeps
+// the memory of its largest size.
+func (r *recent[K, V]) sweep(now time.Time) {
+	r.evict(now)
+	if r.peak >= shrinkMin && len(r.m)*4 <= r.peak {
+		m := make(map[K]stamped[V], len(r.m))
+		maps.Copy(m, r.m)
+		r.m, r.peak = m, len(m)
 	}
 }
 
-func (s *recentSet[K]) popFront() {
-	if s.head >= len(s.order) {
+func (r *recent[K, V]) sizeOf(v V) int {
+	if r.size == nil {
+		return 0
+	}
+	return r.size(v)
+}
+
+func (r *recent[K, V]) evict(now time.Time) {
+	for r.head < len(r.order) {
+		e, ok := r.m[r.order[r.head]]
+		if ok && now.Sub(e.at) < r.ttl {
+			return
+		}
+		r.popFront()
+	}
+}
+
+func (r *recent[K, V]) popFront() {
+	if r.head >= len(r.order) {
 		return
 	}
 	var zero K
-	delete(s.added, s.order[s.head])
-	s.order[s.head] = zero
-	s.head++
+	k := r.order[r.head]
+	if e, ok := r.m[k]; ok {
+		r.bytes -= r.sizeOf(e.v)
+		delete(r.m, k)
+	}
+	r.order[r.head] = zero
+	r.head++
 	// Compact once the dead front dominates, so the slice does not keep
 	// every key ever seen.
-	if s.head > 1024 && s.head*2 > len(s.order) {
-		s.order = append([]K(nil), s.order[s.head:]...)
-		s.head = 0
+	if r.head > 1024 && r.head*2 > len(r.order) {
+		r.order = append([]K(nil), r.order[r.head:]...)
+		r.head = 0
 	}
 }
 
@@ -74,30 +129,15 @@ type finalResult struct {
 	data    []byte
 }
 
-// finalCache keeps the last results this agent published, oldest evicted
-// first, so a repeated command can be answered without running again.
-type finalCache struct {
-	max   int
-	byKey map[taskKey]finalResult
-	order []taskKey
-}
-
-func newFinalCache(limit int) *finalCache {
-	return &finalCache{max: limit, byKey: map[taskKey]finalResult{}}
-}
-
-func (c *finalCache) put(k taskKey, f finalResult) {
-	if _, ok := c.byKey[k]; !ok {
-		c.order = append(c.order, k)
-	}
-	c.byKey[k] = f
-	for len(c.order) > c.max {
-		delete(c.byKey, c.order[0])
-		c.order = c.order[1:]
-	}
-}
-
-func (c *finalCache) get(k taskKey) (finalResult, bool) {
-	f, ok := c.byKey[k]
-	return f, ok
+// newFinalCache keeps the last results this agent published, so a repeated
+// command can be answered without running again. Results are kept as long
+// as the dedupe key that makes a command a repeat (ttl), up to limit results
+// and maxBytes: a result holds up to 1 MiB of output and as much of error, so
+// 64 MiB keeps at least the last 32 of the largest (one per task slot by
+// default), and thousands of usual ones.
+func newFinalCache(limit, maxBytes int, ttl time.Duration) *recent[taskKey, finalResult] {
+	c := newRecent[taskKey, finalResult](limit, ttl)
+	c.maxBytes = maxBytes
+	c.size = func(f finalResult) int { return len(f.subject) + len(f.data) }
+	return c
 }

@@ -299,7 +299,7 @@ func (a *Agent) publishFinal(t *task, r api.TaskResult) {
 	}
 	msgID := fmt.Sprintf("%s.%d.%s.%d", r.JobID, r.TaskIndex, r.NodeID, r.Attempt)
 	a.mu.Lock()
-	a.finals.put(taskKey{job: r.JobID, step: r.TaskIndex, attempt: r.Attempt}, finalResult{subject: subject, data: data})
+	a.finals.add(taskKey{job: r.JobID, step: r.TaskIndex, attempt: r.Attempt}, finalResult{subject: subject, data: data}, time.Now())
 	a.mu.Unlock()
 	a.storeFinal(t.traceCtx(), t.log, subject, data, msgID)
 }

@@ -1,0 +1,98 @@
+package agent
+
+import (
+	"fmt"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestRecentBoundsAndExpiry(t *testing.T) {
+	t.Parallel()
+	t0 := time.Now()
+	r := newRecent[string, struct{}](3, time.Minute)
+	for i, k := range []string{"a", "b", "c", "d"} {
+		r.add(k, struct{}{}, t0.Add(time.Duration(i)*time.Second))
+	}
+	if r.has("a", t0.Add(5*time.Second)) || !r.has("b", t0.Add(5*time.Second)) || r.Len() != 3 {
+		t.Errorf("count bound: a kept %v, b kept %v, len %d; want the 3 newest", r.has("a", t0), r.has("b", t0), r.Len())
+	}
+	// b was added at t0+1s: gone a minute later; d (t0+3s) not yet.
+	at := t0.Add(61 * time.Second)
+	if r.has("b", at) || !r.has("d", at) || r.Len() != 2 {
+		t.Errorf("expiry: b %v d %v len %d", r.has("b", at), r.has("d", at), r.Len())
+	}
+	// Without any lookup, sweep alone expires what is due.
+	r.sweep(t0.Add(2 * time.Minute))
+	if r.Len() != 0 {
+		t.Errorf("after sweep: %d keys left", r.Len())
+	}
+}
+
+func TestFinalCacheBytesAndExpiry(t *testing.T) {
+	t.Parallel()
+	t0 := time.Now()
+	c := newFinalCache(100, 1000, time.Hour)
+	res := func(n int) finalResult { return finalResult{subject: "s", data: []byte(strings.Repeat("x", n-1))} }
+	key := func(i int) taskKey { return taskKey{job: "job", step: i} }
+	for i := range 5 {
+		c.add(key(i), res(300), t0)
+	}
+	// 5×300 bytes over a 1000-byte bound: the two oldest go.
+	for i := range 5 {
+		if _, ok := c.get(key(i), t0); ok != (i >= 2) {
+			t.Errorf("result %d kept: %v", i, ok)
+		}
+	}
+	// One result over the bound alone is still kept: the newest always is.
+	c.add(key(9), res(5000), t0)
+	if f, ok := c.get(key(9), t0); !ok || len(f.data) != 4999 || c.Len() != 1 {
+		t.Errorf("big result kept %v (%d bytes), %d results", ok, len(f.data), c.Len())
+	}
+	// Replacing a value recounts its bytes.
+	c.add(key(9), res(10), t0)
+	c.add(key(10), res(500), t0)
+	if c.Len() != 2 || c.bytes != 510 {
+		t.Errorf("%d results, %d bytes; want 2, 510", c.Len(), c.bytes)
+	}
+	// Results expire with the dedupe key they answer for.
+	c.sweep(t0.Add(time.Hour))
+	if c.Len() != 0 || c.bytes != 0 {
+		t.Errorf("after an hour: %d results, %d bytes", c.Len(), c.bytes)
+	}
+}
+
+// A busy hour fills the dedupe set; once its keys expire, the heartbeat's
+// sweep gives the memory back rather than keeping the map at its largest.
+func TestRecentSweepReleasesMemory(t *testing.T) {
+	heap := func() int64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return int64(m.HeapAlloc)
+	}
+	t0 := time.Now()
+	base := heap()
+	r := newRecent[taskKey, struct{}](seenMax, seenTTL)
+	for i := range seenMax {
+		r.add(taskKey{job: fmt.Sprintf("job-%016d", i), step: i % 7, attempt: 1}, struct{}{}, t0)
+	}
+	full := heap()
+	r.sweep(t0.Add(seenTTL))
+	drained := heap()
+	t.Logf("heap: %d KiB empty, %d KiB with %d keys, %d KiB after they expired", base>>10, full>>10, seenMax, drained>>10)
+	if r.Len() != 0 {
+		t.Fatalf("%d keys left", r.Len())
+	}
+	// The job ids themselves are garbage either way; the map's memory
+	// (several MiB at 100,000 keys) must go too.
+	if grown, kept := full-base, drained-base; grown < 4<<20 || kept > grown/8 {
+		t.Errorf("%d bytes still held of %d", kept, grown)
+	}
+	r.add(taskKey{job: "after"}, struct{}{}, t0.Add(seenTTL))
+	if !r.has(taskKey{job: "after"}, t0.Add(seenTTL)) {
+		t.Error("set unusable after shrinking")
+	}
+	runtime.KeepAlive(r)
+}
