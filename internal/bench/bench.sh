@@ -55,4 +55,7 @@ echo "== one idle standalone agent"
 pids+=($!)
 agent=$!
 sleep 15
-echo "idle agent RSS after 15s: $(rss_mib "$agent") MiB"
+# Anonymous is the agent's own memory; file-backed is the pages of the
+# binary (and libc) it has mapped, which stay in the page cache either way.
+echo "idle agent RSS after 15s: $(rss_mib "$agent") MiB" \
+	"($(awk '/^RssAnon:/ {printf "anonymous %.1f", $2/1024} /^RssFile:/ {printf ", file-backed %.1f", $2/1024}' "/proc/$agent/status") MiB)"
