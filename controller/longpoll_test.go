@@ -13,11 +13,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/gridfleet/terraform-provider-grid/agent"
 	"github.com/gridfleet/terraform-provider-grid/api"
 	"github.com/gridfleet/terraform-provider-grid/controller"
-	"github.com/gridfleet/terraform-provider-grid/internal/bus"
-	"github.com/gridfleet/terraform-provider-grid/internal/config"
 	"github.com/gridfleet/terraform-provider-grid/internal/fleet"
 	"github.com/gridfleet/terraform-provider-grid/internal/fleet/fleettest"
 )
@@ -117,39 +114,8 @@ tasks:
 func TestLongPollOnEveryController(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ns, err := bus.StartServer(ctx, bus.ServerConfig{Port: -1, DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	url := ns.ClientURL()
-	var clients []*api.Client
-	for _, name := range []string{"ctl-a", "ctl-b"} {
-		cfg := controller.DefaultConfig()
-		cfg.Name, cfg.DataDir, cfg.APIAddr, cfg.NATSURLs = name, t.TempDir(), "127.0.0.1:0", []string{url}
-		cfg.HeartbeatInterval = config.Duration(200 * time.Millisecond)
-		c, err := controller.New(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cctx, stop := context.WithCancel(ctx)
-		if err := c.Start(cctx); err != nil {
-			t.Fatal(err)
-		}
-		defer func() { stop(); <-c.Done() }()
-		cl, _ := api.NewClient(api.ClientConfig{Address: c.APIURL()})
-		clients = append(clients, cl)
-	}
-	acfg := agent.DefaultConfig()
-	acfg.Name, acfg.NATSURLs, acfg.DataDir = "node-1", []string{url}, t.TempDir()
-	a, err := agent.New(acfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	actx, stopAgent := context.WithCancel(ctx)
-	if err := a.Start(actx); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { stopAgent(); <-a.Done() }()
+	p := startPeers(ctx, t, []string{"ctl-a", "ctl-b"}, []string{"node-1"}, nil)
+	clients := []*api.Client{p.clients["ctl-a"], p.clients["ctl-b"]}
 	waitFor(t, 10*time.Second, "the node online on both controllers", func() bool {
 		for _, cl := range clients {
 			n, err := cl.ListNodes(ctx)

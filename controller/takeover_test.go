@@ -5,10 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gridfleet/terraform-provider-grid/agent"
 	"github.com/gridfleet/terraform-provider-grid/api"
 	"github.com/gridfleet/terraform-provider-grid/controller"
-	"github.com/gridfleet/terraform-provider-grid/internal/bus"
 	"github.com/gridfleet/terraform-provider-grid/internal/config"
 )
 
@@ -18,46 +16,11 @@ import (
 func TestPeerTakesOverJobOfCrashedController(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ns, err := bus.StartServer(ctx, bus.ServerConfig{Port: -1, DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	url := ns.ClientURL()
-
-	ctls := map[string]*controller.Controller{}
-	clients := map[string]*api.Client{}
-	for _, name := range []string{"ctl-a", "ctl-b"} {
-		cfg := controller.DefaultConfig()
-		cfg.Name, cfg.DataDir, cfg.APIAddr, cfg.NATSURLs = name, t.TempDir(), "127.0.0.1:0", []string{url}
-		cfg.HeartbeatInterval = config.Duration(200 * time.Millisecond)
+	p := startPeers(ctx, t, []string{"ctl-a", "ctl-b"}, []string{"node-1", "node-2"}, func(cfg *controller.Config) {
 		cfg.ControllerStaleAfter = config.Duration(time.Second)
 		cfg.FlushInterval = config.Duration(20 * time.Millisecond)
-		c, err := controller.New(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cctx, stop := context.WithCancel(ctx)
-		if err := c.Start(cctx); err != nil {
-			t.Fatal(err)
-		}
-		defer func() { stop(); <-c.Done() }()
-		ctls[name] = c
-		clients[name], _ = api.NewClient(api.ClientConfig{Address: c.APIURL()})
-	}
-	for _, name := range []string{"node-1", "node-2"} {
-		acfg := agent.DefaultConfig()
-		acfg.Name, acfg.NATSURLs, acfg.DataDir = name, []string{url}, t.TempDir()
-		acfg.HeartbeatInterval = agent.Duration(200 * time.Millisecond)
-		a, err := agent.New(acfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		actx, stop := context.WithCancel(ctx)
-		if err := a.Start(actx); err != nil {
-			t.Fatal(err)
-		}
-		defer func() { stop(); <-a.Done() }()
-	}
+	})
+	ctls, clients := p.ctls, p.clients
 	cl := clients["ctl-a"]
 	waitFor(t, 10*time.Second, "both nodes online", func() bool {
 		n, err := cl.ListNodes(ctx)
