@@ -405,7 +405,8 @@ func (c *Controller) handleStatus(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-func (c *Controller) controllers(ctx context.Context) ([]api.ControllerInfo, error) {
+// readControllers returns every controller's registry entry as stored.
+func (c *Controller) readControllers(ctx context.Context) ([]api.ControllerInfo, error) {
 	kv, err := c.js.KeyValue(ctx, api.BucketControllers)
 	if err != nil {
 		return nil, err
@@ -416,17 +417,29 @@ func (c *Controller) controllers(ctx context.Context) ([]api.ControllerInfo, err
 	}
 	defer func() { _ = w.Stop() }()
 	var out []api.ControllerInfo
-	stale := 3 * c.cfg.HeartbeatInterval.D()
 	for e := range w.Updates() {
 		if e == nil {
 			break
 		}
 		var ci api.ControllerInfo
 		if json.Unmarshal(e.Value(), &ci) == nil {
-			if ci.Status == "online" && time.Since(ci.LastSeen) > stale {
-				ci.Status = "stale"
-			}
 			out = append(out, ci)
+		}
+	}
+	return out, nil
+}
+
+// controllers returns the controllers as the API shows them: an online one
+// whose heartbeat is late is "stale".
+func (c *Controller) controllers(ctx context.Context) ([]api.ControllerInfo, error) {
+	out, err := c.readControllers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	stale := 3 * c.cfg.HeartbeatInterval.D()
+	for i := range out {
+		if out[i].Status == "online" && time.Since(out[i].LastSeen) > stale {
+			out[i].Status = "stale"
 		}
 	}
 	return out, nil

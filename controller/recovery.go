@@ -2,11 +2,8 @@ package controller
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
 )
@@ -35,23 +32,14 @@ func (c *Controller) recoverLoop(ctx context.Context) {
 // deadControllers returns the ids of controllers that are offline or whose
 // heartbeat is older than ControllerStaleAfter.
 func (c *Controller) deadControllers(ctx context.Context) (map[string]bool, error) {
-	kv, err := c.js.KeyValue(ctx, api.BucketControllers)
+	all, err := c.readControllers(ctx)
 	if err != nil {
 		return nil, err
 	}
-	w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = w.Stop() }()
 	dead := map[string]bool{}
 	live := 0
-	for e := range w.Updates() {
-		if e == nil {
-			break
-		}
-		var ci api.ControllerInfo
-		if json.Unmarshal(e.Value(), &ci) != nil || ci.ID == c.id {
+	for _, ci := range all {
+		if ci.ID == c.id {
 			continue
 		}
 		if ci.Status != "online" || time.Since(ci.LastSeen) > c.cfg.ControllerStaleAfter.D() {
