@@ -237,7 +237,11 @@ func (a *Agent) Start(ctx context.Context) error {
 }
 
 func (a *Agent) start(ctx context.Context) error {
-	nc, err := bus.Connect("grid-agent "+a.id, a.cfg.NATSURLs, a.log)
+	secure, err := a.secureOptions(ctx)
+	if err != nil {
+		return fmt.Errorf("agent %s: %w", a.id, err)
+	}
+	nc, err := bus.Connect("grid-agent "+a.id, a.cfg.NATSURLs, a.log, secure...)
 	if err != nil {
 		return fmt.Errorf("agent %s: %w", a.id, err)
 	}

@@ -44,8 +44,17 @@ type Config struct {
 	Groups []string `yaml:"groups"`
 	// NATSURLs are the servers to connect to.
 	NATSURLs []string `yaml:"nats"`
-	// DataDir holds the agent's own state.
+	// DataDir holds the agent's own state, its NKey (agent.nk) among it.
 	DataDir string `yaml:"data_dir"`
+	// CAFile is the CA that signed the controllers' certificates (a
+	// controller's DATA_DIR/ca.pem). Set, the agent connects with TLS and
+	// its NKey and enrolls; unset, it connects without either (a controller
+	// started insecure).
+	CAFile string `yaml:"ca_file"`
+	// JoinToken (or the file JoinTokenFile names) is the controllers' join
+	// token (DATA_DIR/join-token), needed for the first enrollment only.
+	JoinToken     string `yaml:"join_token"`
+	JoinTokenFile string `yaml:"join_token_file"`
 	// Sandbox, when set, confines the file-touching built-in backends (file,
 	// net's resolver file) to this directory; grid dev sets it.
 	Sandbox string `yaml:"sandbox"`
@@ -208,6 +217,15 @@ func (c Config) Validate() error {
 		if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {
 			bad("metrics_addr %q: want host:port (port 0 picks one)", c.MetricsAddr)
 		}
+	}
+	if (c.JoinToken != "" || c.JoinTokenFile != "") && c.CAFile == "" {
+		bad("join_token needs ca_file (the controller's ca.pem): an enrollment travels over TLS only")
+	}
+	if c.JoinToken != "" && c.JoinTokenFile != "" {
+		bad("join_token and join_token_file: set one")
+	}
+	if c.CAFile != "" && c.DataDir == "" {
+		bad("data_dir is required with ca_file: the agent keeps its key there")
 	}
 	if c.ShutdownGrace < 0 {
 		bad("shutdown_grace must not be negative, got %s", c.ShutdownGrace)

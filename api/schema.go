@@ -243,7 +243,12 @@ func (a ActionSchema) Apply(backend string, params Params) (Params, error) {
 // SchemaDigest is a short stable hash of a set of backend schemas.
 func SchemaDigest(schemas []BackendSchema) string {
 	b, _ := json.Marshal(schemas)
-	sum := sha256.Sum256(b)
+	return SchemaDigestOf(b)
+}
+
+// SchemaDigestOf is the digest of a schema set as stored (its JSON).
+func SchemaDigestOf(stored []byte) string {
+	sum := sha256.Sum256(stored)
 	return hex.EncodeToString(sum[:8])
 }
 

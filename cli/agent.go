@@ -25,7 +25,8 @@ func newAgentCommand(g *globals) *cobra.Command {
 YAML file, then the flags given on the command line, each overriding the one
 before. The agent stops taking commands on SIGINT or SIGTERM, lets running
 tasks finish and deregisters.`,
-		Example: `  grid agent --name web-1 --groups web,web.prod --nats nats://10.0.0.1:4222
+		Example: `  grid agent --name web-1 --groups web,web.prod --nats nats://10.0.0.1:4222 \
+      --data-dir /var/lib/grid --ca-file /etc/grid/ca.pem --join-token-file /etc/grid/join-token
   grid agent --config /etc/grid/agent.yaml --allow ping,apt,systemd.restart`,
 		Args: exactArgs(),
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
@@ -46,6 +47,12 @@ tasks finish and deregisters.`,
 			setIfChanged(fs, "data-dir", &cfg.DataDir, flags.DataDir)
 			setIfChanged(fs, "allow", &cfg.Allow, flags.Allow)
 			setIfChanged(fs, "metrics-addr", &cfg.MetricsAddr, flags.MetricsAddr)
+			setIfChanged(fs, "ca-file", &cfg.CAFile, flags.CAFile)
+			setIfChanged(fs, "join-token", &cfg.JoinToken, flags.JoinToken)
+			setIfChanged(fs, "join-token-file", &cfg.JoinTokenFile, flags.JoinTokenFile)
+			if cfg.JoinToken == "" && cfg.JoinTokenFile == "" {
+				cfg.JoinToken = os.Getenv("GRID_JOIN_TOKEN")
+			}
 			cfg.Logger = logger
 			if err := cfg.Validate(); err != nil {
 				return usageErrorf("agent config: %w", err)
@@ -79,6 +86,9 @@ tasks finish and deregisters.`,
 	f.StringVar(&flags.DataDir, "data-dir", def.DataDir, "directory for agent state")
 	f.StringSliceVar(&flags.Allow, "allow", def.Allow, "backend actions to enable: backend, backend.action or * (comma-separated)")
 	f.StringVar(&flags.MetricsAddr, "metrics-addr", def.MetricsAddr, "serve /metrics, /healthz and /readyz on this address (host:port); off when empty")
+	f.StringVar(&flags.CAFile, "ca-file", def.CAFile, "CA of the controllers' certificates (a controller's DATA_DIR/ca.pem); set, the agent connects with TLS and its own key and enrolls")
+	f.StringVar(&flags.JoinToken, "join-token", "", "join token for the first enrollment (a controller's DATA_DIR/join-token; or GRID_JOIN_TOKEN)")
+	f.StringVar(&flags.JoinTokenFile, "join-token-file", "", "file holding the join token")
 	logs.register(f, "info")
 	return cmd
 }

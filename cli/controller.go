@@ -94,6 +94,11 @@ before. The controller stops on SIGINT or SIGTERM.`,
 	o.flags.MemoryLimit = def.MemoryLimit
 	f.Var(&o.flags.MemoryLimit, "memory-limit", "soft memory limit of the Go runtime for this process while no job runs, e.g. 300MiB; 0 for none (GOMEMLIMIT or GOGC in the environment take precedence)")
 	f.StringVar(&o.flags.DebugAddr, "debug-addr", def.DebugAddr, "serve the Go profiler (/debug/pprof/) and runtime memory figures (/debug/memory) on this host:port (off when empty)")
+	f.BoolVar(&o.flags.Insecure, "insecure", false, "run NATS without TLS or authentication (labs only: anyone who reaches it controls every node)")
+	o.flags.AutoAdmit = new(bool)
+	f.BoolVar(o.flags.AutoAdmit, "auto-admit", true, "admit an agent with a valid join token at once; false keeps it pending until 'grid node approve'")
+	f.StringVar(&o.flags.NATSCreds, "nats-creds", "", "credentials file for --nats-url (.creds or an NKey seed)")
+	f.StringVar(&o.flags.NATSCAFile, "nats-ca-file", "", "CA of the --nats-url servers' certificates")
 	o.logs.register(f, "info")
 	return cmd
 }
@@ -131,5 +136,11 @@ func controllerConfig(fs flagChanged, configFile string, flags *controller.Confi
 	setIfChanged(fs, "replicas", &cfg.Replicas, flags.Replicas)
 	setIfChanged(fs, "debug-addr", &cfg.DebugAddr, flags.DebugAddr)
 	setIfChanged(fs, "memory-limit", &cfg.MemoryLimit, flags.MemoryLimit)
+	setIfChanged(fs, "insecure", &cfg.Insecure, flags.Insecure)
+	setIfChanged(fs, "nats-creds", &cfg.NATSCreds, flags.NATSCreds)
+	setIfChanged(fs, "nats-ca-file", &cfg.NATSCAFile, flags.NATSCAFile)
+	if fs.Changed("auto-admit") {
+		cfg.AutoAdmit = flags.AutoAdmit
+	}
 	return cfg, nil
 }

@@ -30,6 +30,23 @@ type Config struct {
 	// NATSURLs, when set, connect to an existing NATS cluster instead of
 	// embedding a server.
 	NATSURLs []string `yaml:"nats_urls"`
+	// NATSCreds and NATSCAFile authenticate to the NATS of nats_urls: a
+	// credentials file (.creds with a user JWT, or an NKey seed) and the CA
+	// that signed the servers' certificates.
+	NATSCreds  string `yaml:"nats_creds"`
+	NATSCAFile string `yaml:"nats_ca_file"`
+	// Insecure turns the embedded server's TLS and authentication off:
+	// anyone who reaches the NATS port controls the fleet. For labs only;
+	// the controller warns at every start.
+	Insecure bool `yaml:"insecure"`
+	// AutoAdmit admits an agent that enrolls with a valid join token at
+	// once; false keeps it pending until "grid node approve". Nil means
+	// true.
+	AutoAdmit *bool `yaml:"auto_admit"`
+	// TLSHosts are extra names (DNS or IP) for the server certificate, when
+	// agents or peers reach this controller by a name its listen addresses
+	// and hostname do not give.
+	TLSHosts []string `yaml:"tls_hosts"`
 	// ClusterName, ClusterAddr and Routes join the embedded server to its
 	// peers' (one NATS cluster, JetStream replicated across it).
 	ClusterName string   `yaml:"cluster_name"`
@@ -107,6 +124,9 @@ func DefaultConfig() Config {
 	}
 }
 
+// autoAdmit is AutoAdmit with its default.
+func (c Config) autoAdmit() bool { return c.AutoAdmit == nil || *c.AutoAdmit }
+
 // LoadConfig reads a YAML config file over the values already in into.
 func LoadConfig(path string, into *Config) error {
 	return config.LoadYAML(path, into)
@@ -129,6 +149,12 @@ func (c Config) Validate() error {
 	}
 	if c.Replicas < 1 || c.Replicas > 5 {
 		errs = append(errs, fmt.Errorf("replicas must be between 1 and 5, got %d", c.Replicas))
+	}
+	if len(c.NATSURLs) > 0 && !c.Insecure && c.NATSCreds == "" {
+		errs = append(errs, errors.New("nats_urls: set nats_creds (and nats_ca_file) to authenticate to that NATS, or insecure: true for a lab"))
+	}
+	if len(c.NATSURLs) == 0 && (c.NATSCreds != "" || c.NATSCAFile != "") {
+		errs = append(errs, errors.New("nats_creds and nats_ca_file are for nats_urls; the embedded server uses the files in data_dir"))
 	}
 	if c.ClusterName != "" && len(c.NATSURLs) > 0 {
 		errs = append(errs, errors.New("cluster_name joins the embedded server to a cluster; with nats_urls nothing is embedded, so set one or the other"))

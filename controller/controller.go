@@ -37,6 +37,11 @@ type Controller struct {
 	js   jetstream.JetStream
 	reg  *registry
 	jobs *jobStore
+	// sec is the embedded server's TLS and authentication; nil when
+	// insecure or on an external NATS.
+	sec *security
+	// natsOpts connect to NATS as this controller.
+	natsOpts []nats.Option
 
 	httpSrv  *http.Server
 	debugSrv *http.Server
@@ -97,6 +102,11 @@ func (c *Controller) APIURL() string { return c.apiURL }
 // NATSURL is the client URL of the embedded NATS server.
 func (c *Controller) NATSURL() string { return c.natsURL }
 
+// NATSOptions connect to the controller's NATS as the controller does
+// (its client certificate and CA): for tools and tests that need to see
+// everything. Nil when insecure.
+func (c *Controller) NATSOptions() []nats.Option { return c.natsOpts }
+
 // DebugURL is the base URL of the debug server (pprof), empty unless
 // debug_addr is set.
 func (c *Controller) DebugURL() string { return c.debugURL }
@@ -123,8 +133,21 @@ func (c *Controller) Start(ctx context.Context) error {
 
 	// The server outlives ctx slightly: it stops after the API and the
 	// scheduler, in shutdown.
-	nsCtx, stopNATS := context.WithCancel(context.Background())
 	urls := c.cfg.NATSURLs
+	switch {
+	case c.cfg.Insecure:
+		c.log.Warn("INSECURE: NATS runs without TLS or authentication; anyone who reaches it controls every node. Use this in a lab only.")
+	case len(urls) == 0:
+		if c.sec, err = newSecurity(c.cfg, c.log); err != nil {
+			return err
+		}
+		c.natsOpts = c.sec.clientOptions()
+	default:
+		if c.natsOpts, err = bus.CredentialOptions(c.cfg.NATSCreds, c.cfg.NATSCAFile); err != nil {
+			return err
+		}
+	}
+	nsCtx, stopNATS := context.WithCancel(context.Background())
 	if len(urls) == 0 {
 		ns, err := c.startNATS(nsCtx, id)
 		if err != nil {
@@ -133,6 +156,9 @@ func (c *Controller) Start(ctx context.Context) error {
 		}
 		c.ns = ns
 		c.natsURL = ns.ClientURL()
+		if c.sec != nil {
+			c.sec.ns.Store(ns)
+		}
 		urls = []string{c.natsURL}
 	} else {
 		c.natsURL = strings.Join(urls, ",")
@@ -148,7 +174,7 @@ func (c *Controller) Start(ctx context.Context) error {
 		}
 		return err
 	}
-	c.nc, err = bus.Connect("grid-controller-"+id, urls, c.log)
+	c.nc, err = bus.Connect("grid-controller-"+id, urls, c.log, c.natsOpts...)
 	if err != nil {
 		return fail(err)
 	}
@@ -179,6 +205,23 @@ func (c *Controller) Start(ctx context.Context) error {
 	runCtx, stopRuns := context.WithCancel(context.Background())
 	c.reg = newRegistry(c.log, c.cfg.NodeOfflineAfter.D(), schemasKV)
 	c.reg.heartbeats = c.metrics.heartbeats
+	var enrollSub *nats.Subscription
+	if c.sec != nil {
+		// Enrollments first: the registry takes only admitted nodes.
+		c.reg.admitted = c.sec.admitted
+		c.sec.forget = c.reg.forget
+		enrollKV, err := c.js.KeyValue(setupCtx, api.BucketEnrollments)
+		if err == nil {
+			err = c.sec.watch(runCtx, enrollKV)
+		}
+		if err == nil {
+			enrollSub, err = c.nc.QueueSubscribe(api.SubjectEnrollAll, "grid-enroll", c.sec.onEnroll)
+		}
+		if err != nil {
+			stopRuns()
+			return fail(fmt.Errorf("enrollments: %w", err))
+		}
+	}
 	if err := c.reg.watch(runCtx, c.nc, nodesKV); err != nil {
 		stopRuns()
 		return fail(fmt.Errorf("watch nodes: %w", err))
@@ -236,9 +279,13 @@ func (c *Controller) Start(ctx context.Context) error {
 	c.mu.Unlock()
 	c.log.Info("controller ready", "api", c.apiURL, "nats", c.natsURL, "data_dir", c.cfg.DataDir)
 
+	subs := []*nats.Subscription{cancelSub, progressSub}
+	if enrollSub != nil {
+		subs = append(subs, enrollSub)
+	}
 	go func() {
 		<-ctx.Done()
-		c.shutdown(stopRuns, schedDone, []*nats.Subscription{cancelSub, progressSub}, stopNATS)
+		c.shutdown(stopRuns, schedDone, subs, stopNATS)
 	}()
 	return nil
 }
@@ -304,6 +351,12 @@ func (c *Controller) startNATS(ctx context.Context, id string) (*server.Server, 
 		sc.ClusterHost = ch
 		if sc.ClusterPort, err = strconv.Atoi(cp); err != nil {
 			return nil, fmt.Errorf("cluster_addr port %q: %w", cp, err)
+		}
+	}
+	if c.sec != nil {
+		sc.TLS, sc.Auth = c.sec.serverTLS, c.sec
+		if sc.ClusterName != "" {
+			sc.ClusterTLS = c.sec.clusterTLS
 		}
 	}
 	return bus.StartServer(ctx, sc)

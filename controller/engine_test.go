@@ -378,7 +378,7 @@ tasks:
 		return err == nil && nodeStatus(cur, 0, "node-1") == api.StepRunning && nodeStatus(cur, 0, "node-2") == api.StepRunning
 	})
 	// Listen to what the agents report, to see their sleeps end.
-	nc, err := nats.Connect(f.NATSURL())
+	nc, err := nats.Connect(f.NATSURL(), f.NATSOptions()...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,9 +34,9 @@ func longPoll(t *testing.T, base, id string, wait time.Duration) []byte {
 	return body
 }
 
-func storedJob(t *testing.T, natsURL, id string) []byte {
+func storedJob(t *testing.T, natsURL, id string, opts ...nats.Option) []byte {
 	t.Helper()
-	nc, err := nats.Connect(natsURL)
+	nc, err := nats.Connect(natsURL, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ tasks:
 		if j.Status != api.JobCompleted || len(j.Results[0]) != 2 {
 			t.Fatalf("job %s: %s (%s), %d results", id, j.Status, j.Error, len(j.Results[0]))
 		}
-		if stored := storedJob(t, f.NATSURL(), id); !bytes.Equal(stored, bodies[i]) {
+		if stored := storedJob(t, f.NATSURL(), id, f.NATSOptions()...); !bytes.Equal(stored, bodies[i]) {
 			t.Fatalf("job %s: the answer differs from the stored job:\n%s\n%s", id, bodies[i], stored)
 		}
 	}

@@ -33,6 +33,9 @@ func startPeers(ctx context.Context, t *testing.T, ctlNames, agentNames []string
 	for _, name := range ctlNames {
 		cfg := controller.DefaultConfig()
 		cfg.Name, cfg.DataDir, cfg.APIAddr, cfg.NATSURLs = name, t.TempDir(), "127.0.0.1:0", []string{url}
+		// The shared server is a plain NATS of our own: securing an existing
+		// NATS deployment is its operator's business (nats_creds).
+		cfg.Insecure = true
 		cfg.HeartbeatInterval = config.Duration(200 * time.Millisecond)
 		if tweak != nil {
 			tweak(&cfg)

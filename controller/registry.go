@@ -38,6 +38,10 @@ type registry struct {
 	// heartbeats counts node puts (registrations and heartbeats); nil
 	// counts nothing.
 	heartbeats prometheus.Counter
+	// admitted, when set (a secured bus), returns the groups a node id was
+	// admitted with; a node not admitted is ignored, and an admitted node's
+	// groups are those of its enrollment whatever its record says.
+	admitted func(id string) ([]string, bool)
 }
 
 func newRegistry(log *slog.Logger, offlineAfter time.Duration, schemasKV jetstream.KeyValue) *registry {
@@ -128,6 +132,25 @@ func (r *registry) apply(ctx context.Context, e jetstream.KeyValueEntry) {
 		r.log.Warn("ignoring malformed node entry", "node", e.Key(), "err", err)
 		return
 	}
+	// The key is what the bus lets a node write; an id that differs from
+	// it (or is no valid id, like '*') would let one node speak for another.
+	if n.ID != e.Key() || !api.ValidToken(n.ID) {
+		r.log.Warn("ignoring node entry whose id is not its key", "key", e.Key(), "id", n.ID)
+		return
+	}
+	if r.admitted != nil {
+		groups, ok := r.admitted(n.ID)
+		if !ok {
+			r.log.Debug("ignoring node entry of a node not admitted", "node", n.ID)
+			return
+		}
+		n.Groups = groups
+	}
+	// A last_seen in the future would keep a silent node online; the time
+	// the entry arrived is all it can claim.
+	if now := time.Now().UTC(); n.LastSeen.After(now) {
+		n.LastSeen = now
+	}
 	if n.SchemaDigest != "" {
 		r.loadSchemas(ctx, n.SchemaDigest)
 	}
@@ -157,9 +180,25 @@ func (r *registry) loadSchemas(ctx context.Context, digest string) {
 		r.log.Warn("ignoring malformed schema set", "digest", digest, "err", err)
 		return
 	}
+	// Any node may write a schema set: it counts only under its own digest.
+	if api.SchemaDigestOf(e.Value()) != digest && api.SchemaDigest(set) != digest {
+		r.log.Warn("ignoring schema set stored under another set's digest", "digest", digest)
+		return
+	}
 	r.mu.Lock()
 	r.schemas[digest] = set
 	r.mu.Unlock()
+}
+
+// forget drops a node (its admission ended).
+func (r *registry) forget(id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.nodes[id]; ok {
+		delete(r.nodes, id)
+		delete(r.heardAt, id)
+		r.notifyLocked()
+	}
 }
 
 func (r *registry) notifyLocked() {

@@ -20,7 +20,7 @@ import (
 // node_offline_after.
 func TestNodeLivenessFollowsReceivedHeartbeats(t *testing.T) {
 	f := fleettest.Start(t, fleet.Options{}) // node_offline_after 2s
-	nc, err := nats.Connect(f.NATSURL())
+	nc, err := nats.Connect(f.NATSURL(), f.NATSOptions()...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,6 +33,9 @@ func TestNodeLivenessFollowsReceivedHeartbeats(t *testing.T) {
 	defer cancel()
 	kv, err := js.KeyValue(ctx, api.BucketNodes)
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.AdmitNode(ctx, "skewed-1", []string{"web.prod"}); err != nil {
 		t.Fatal(err)
 	}
 	skewed := time.Now().Add(-10 * time.Minute).UTC()

@@ -3,6 +3,7 @@ package controller_test
 import (
 	"context"
 	"net"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/gridfleet/terraform-provider-grid/api"
 	"github.com/gridfleet/terraform-provider-grid/controller"
 	"github.com/gridfleet/terraform-provider-grid/internal/config"
+	"github.com/gridfleet/terraform-provider-grid/internal/pki"
 )
 
 func freeAddr(t *testing.T) string {
@@ -54,6 +56,8 @@ func TestControllerRestartKeepsJobsAndResumes(t *testing.T) {
 	acfg.Name, acfg.Groups, acfg.NATSURLs = "node-1", []string{"web"}, []string{"nats://" + natsAddr}
 	acfg.HeartbeatInterval = agent.Duration(200 * time.Millisecond)
 	acfg.DataDir = t.TempDir()
+	// The agent trusts the CA the first start made; the restart reuses it.
+	acfg.CAFile, acfg.JoinTokenFile = filepath.Join(dataDir, pki.CAFile), filepath.Join(dataDir, pki.JoinTokenFile)
 	a, err := agent.New(acfg)
 	if err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package bus
 import (
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"time"
 
@@ -40,4 +41,31 @@ func Connect(name string, urls []string, log *slog.Logger, extra ...nats.Option)
 		return nil, fmt.Errorf("connect NATS %s: %w", strings.Join(urls, ","), err)
 	}
 	return nc, nil
+}
+
+// CredentialOptions authenticate to a NATS deployment: creds is a
+// credentials file (a user JWT with its seed, as nsc writes) or an NKey
+// seed file; caFile is the CA of the servers' certificates. Either may be
+// empty.
+func CredentialOptions(creds, caFile string) ([]nats.Option, error) {
+	var opts []nats.Option
+	if creds != "" {
+		b, err := os.ReadFile(creds)
+		if err != nil {
+			return nil, fmt.Errorf("NATS credentials: %w", err)
+		}
+		if strings.Contains(string(b), "BEGIN NATS USER JWT") {
+			opts = append(opts, nats.UserCredentials(creds))
+		} else {
+			o, err := nats.NkeyOptionFromSeed(creds)
+			if err != nil {
+				return nil, fmt.Errorf("NATS credentials %s: neither a .creds file nor an NKey seed: %w", creds, err)
+			}
+			opts = append(opts, o)
+		}
+	}
+	if caFile != "" {
+		opts = append(opts, nats.RootCAs(caFile))
+	}
+	return opts, nil
 }

@@ -5,6 +5,7 @@ package bus
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net/url"
@@ -29,6 +30,13 @@ type ServerConfig struct {
 	Routes      []string
 	// Debug turns on the server's own logging.
 	Debug bool
+	// TLS, when set, is required of every client. ClusterTLS, when set,
+	// secures and authenticates the routes (mutual TLS).
+	TLS        *tls.Config
+	ClusterTLS *tls.Config
+	// Auth, when set, decides on every client connection and assigns its
+	// permissions; nil admits anyone.
+	Auth server.Authentication
 }
 
 // StartServer starts an embedded NATS server with JetStream and returns once
@@ -48,11 +56,22 @@ func StartServer(ctx context.Context, cfg ServerConfig) (*server.Server, error) 
 		MaxPayload:         8 << 20,
 		JetStreamMaxMemory: 256 << 20,
 	}
+	if cfg.TLS != nil {
+		opts.TLS, opts.TLSConfig, opts.TLSTimeout = true, cfg.TLS, 5
+	}
+	if cfg.Auth != nil {
+		opts.CustomClientAuthentication = cfg.Auth
+		// A nonce lets NKey clients prove they hold their key.
+		opts.AlwaysEnableNonce = true
+	}
 	if opts.Host == "" {
 		opts.Host = "127.0.0.1"
 	}
 	if cfg.ClusterName != "" {
 		opts.Cluster = server.ClusterOpts{Name: cfg.ClusterName, Host: cfg.ClusterHost, Port: cfg.ClusterPort}
+		if cfg.ClusterTLS != nil {
+			opts.Cluster.TLSConfig, opts.Cluster.TLSTimeout = cfg.ClusterTLS, 5
+		}
 		for _, r := range cfg.Routes {
 			u, err := url.Parse(r)
 			if err != nil {

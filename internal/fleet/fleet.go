@@ -4,17 +4,24 @@ package fleet
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 
 	"github.com/gridfleet/terraform-provider-grid/agent"
 	"github.com/gridfleet/terraform-provider-grid/api"
 	"github.com/gridfleet/terraform-provider-grid/controller"
+	"github.com/gridfleet/terraform-provider-grid/internal/pki"
 )
 
 // Options shape a fleet.
@@ -54,6 +61,8 @@ type Fleet struct {
 	tempDir bool
 	log     *slog.Logger
 	client  *api.Client
+	// ctlDataDir is the controller's data dir (CA, join token).
+	ctlDataDir string
 
 	mu     sync.Mutex
 	agents map[string]*member
@@ -91,6 +100,7 @@ func Start(ctx context.Context, opts Options) (*Fleet, error) {
 	if opts.Controller != nil {
 		opts.Controller(&cfg)
 	}
+	f.ctlDataDir = cfg.DataDir
 	ctl, err := controller.New(cfg)
 	if err != nil {
 		return nil, err
@@ -144,6 +154,10 @@ func Start(ctx context.Context, opts Options) (*Fleet, error) {
 	return f, nil
 }
 
+// NATSOptions connect to the fleet's NATS as its controller does (see
+// controller.NATSOptions); tests use them to look at or attack the bus.
+func (f *Fleet) NATSOptions() []nats.Option { return f.Controller.NATSOptions() }
+
 // APIURL is the controller's API base URL.
 func (f *Fleet) APIURL() string { return f.Controller.APIURL() }
 
@@ -182,6 +196,11 @@ func (f *Fleet) AddAgent(ctx context.Context, groups []string) (*agent.Agent, er
 	// File-touching backends stay inside the agent's own directory.
 	cfg.Sandbox = filepath.Join(cfg.DataDir, "sandbox")
 	cfg.Logger = f.log
+	// A secured controller admits its own fleet: its CA and join token.
+	if f.Controller.NATSOptions() != nil {
+		cfg.CAFile = filepath.Join(f.ctlDataDir, pki.CAFile)
+		cfg.JoinTokenFile = filepath.Join(f.ctlDataDir, pki.JoinTokenFile)
+	}
 	if f.opts.Agent != nil {
 		f.opts.Agent(i, &cfg)
 	}
@@ -265,6 +284,51 @@ func (f *Fleet) WaitOnline(ctx context.Context, names ...string) error {
 		select {
 		case <-ctx.Done():
 			return errors.Join(fmt.Errorf("agents not online: %v", names), ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// AdmitNode records node id as admitted with these groups under a fresh
+// key, as an approval would, so a test may write the node's record itself
+// (a secured controller ignores records of nodes not admitted). Nothing
+// to do when the controller is insecure.
+func (f *Fleet) AdmitNode(ctx context.Context, id string, groups []string) error {
+	if f.NATSOptions() == nil {
+		return nil
+	}
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		return err
+	}
+	pub, _ := kp.PublicKey()
+	nc, err := nats.Connect(f.NATSURL(), f.NATSOptions()...)
+	if err != nil {
+		return fmt.Errorf("connect NATS: %w", err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	kv, err := js.KeyValue(ctx, api.BucketEnrollments)
+	if err != nil {
+		return err
+	}
+	now := time.Now().UTC()
+	b, _ := json.Marshal(api.Enrollment{NodeID: id, PublicKey: pub, Groups: groups, Status: api.EnrollAdmitted, RequestedAt: now, DecidedAt: now})
+	if _, err := kv.Put(ctx, id, b); err != nil {
+		return fmt.Errorf("admit %s: %w", id, err)
+	}
+	// The controller's watch applies it shortly after.
+	for {
+		list, err := f.client.ListEnrollments(ctx, api.EnrollAdmitted)
+		if err == nil && slices.ContainsFunc(list, func(e api.Enrollment) bool { return e.NodeID == id && e.PublicKey == pub }) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
 		case <-time.After(20 * time.Millisecond):
 		}
 	}

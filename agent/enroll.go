@@ -1,0 +1,99 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/gridfleet/terraform-provider-grid/api"
+	"github.com/gridfleet/terraform-provider-grid/internal/bus"
+	"github.com/gridfleet/terraform-provider-grid/internal/pki"
+)
+
+// enrollRetry is how often an agent asks again while its enrollment is
+// pending or no controller answers.
+const enrollRetry = 2 * time.Second
+
+// errNotAdmitted is a refusal from a controller: retrying will not help.
+var errNotAdmitted = errors.New("enrollment refused")
+
+// secureOptions returns the connection options of a secured bus (TLS with
+// the CA, the agent's NKey, replies under its own inbox prefix), enrolling
+// the agent first if it is not admitted yet; nil without a CA file.
+func (a *Agent) secureOptions(ctx context.Context) ([]nats.Option, error) {
+	if a.cfg.CAFile == "" {
+		return nil, nil
+	}
+	kp, err := pki.EnsureUserKey(filepath.Join(a.cfg.DataDir, pki.AgentKeyFile))
+	if err != nil {
+		return nil, err
+	}
+	pub, err := kp.PublicKey()
+	if err != nil {
+		return nil, fmt.Errorf("agent key: %w", err)
+	}
+	opts := []nats.Option{
+		nats.RootCAs(a.cfg.CAFile),
+		nats.Nkey(pub, kp.Sign),
+		nats.CustomInboxPrefix(api.AgentInboxPrefix(pub)),
+	}
+	token := a.cfg.JoinToken
+	if a.cfg.JoinTokenFile != "" {
+		if token, err = pki.ReadToken(a.cfg.JoinTokenFile); err != nil {
+			return nil, fmt.Errorf("join token: %w", err)
+		}
+	}
+	if err := a.enroll(ctx, pub, token, opts); err != nil {
+		return nil, err
+	}
+	return opts, nil
+}
+
+// enroll asks the controllers, on a connection that may do nothing else,
+// to admit this key as this node with these groups, and waits while the
+// enrollment is pending. An agent already admitted is answered at once.
+func (a *Agent) enroll(ctx context.Context, pub, token string, opts []nats.Option) error {
+	nc, err := bus.Connect(api.EnrollConnName+a.id, a.cfg.NATSURLs, a.log, opts...)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	req, _ := json.Marshal(api.EnrollRequest{NodeID: a.id, Groups: a.cfg.Groups, Token: token})
+	waiting := false
+	for {
+		rctx, cancel := context.WithTimeout(ctx, opTimeout)
+		msg, err := nc.RequestWithContext(rctx, api.EnrollSubject(pub), req)
+		cancel()
+		var reply api.EnrollReply
+		switch {
+		case err != nil:
+			if ctx.Err() != nil {
+				return fmt.Errorf("enroll: %w", ctx.Err())
+			}
+			if errors.Is(nc.LastError(), nats.ErrAuthorization) {
+				return fmt.Errorf("%w: the server refuses this agent's key (revoked?)", errNotAdmitted)
+			}
+			a.log.Info("enrollment: no controller answered yet", "err", err)
+		case json.Unmarshal(msg.Data, &reply) != nil:
+			a.log.Warn("enrollment: malformed reply")
+		case reply.Error != "":
+			return fmt.Errorf("%w: %s", errNotAdmitted, reply.Error)
+		case reply.Status == api.EnrollAdmitted:
+			a.log.Info("agent admitted", "public_key", pub)
+			return nil
+		case reply.Status == api.EnrollPending && !waiting:
+			waiting = true
+			a.log.Warn("agent enrollment pending: an operator must run 'grid node approve "+a.id+"'", "public_key", pub)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("enroll: %w", ctx.Err())
+		case <-time.After(enrollRetry):
+		}
+	}
+}

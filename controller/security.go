@@ -1,0 +1,494 @@
+package controller
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
+
+	"github.com/gridfleet/terraform-provider-grid/api"
+	"github.com/gridfleet/terraform-provider-grid/internal/pki"
+)
+
+// security is the embedded server's transport security: TLS from the data
+// dir's CA, and the per-connection decision (server.Authentication) that
+// gives controllers everything and each admitted agent only its own
+// subjects. Enrollments live in the enrollments bucket; every controller
+// keeps them in memory from a watch, so an approval or revocation through
+// any controller applies on all of them at once.
+type security struct {
+	log       *slog.Logger
+	dataDir   string
+	autoAdmit bool
+
+	ca         *pki.CA
+	serverTLS  *tls.Config
+	clusterTLS *tls.Config
+	clientTLS  *tls.Config
+
+	ns atomic.Pointer[server.Server]
+	kv jetstream.KeyValue
+	// forget drops a node from the registry when it is no longer admitted.
+	forget func(id string)
+
+	mu      sync.RWMutex
+	byNode  map[string]*api.Enrollment
+	byKey   map[string]*api.Enrollment
+	revoked map[string]bool
+}
+
+// newSecurity loads or creates the CA, the server and controller
+// certificates and the join token in the data dir.
+func newSecurity(cfg Config, log *slog.Logger) (*security, error) {
+	dir := cfg.DataDir
+	ca, err := pki.EnsureCA(dir)
+	if err != nil {
+		return nil, fmt.Errorf("CA: %w", err)
+	}
+	hosts := pki.ServerHosts([]string{cfg.NATSAddr, cfg.ClusterAddr, cfg.APIAddr}, cfg.TLSHosts)
+	// The server certificate also authenticates this server to its peers
+	// on the routes, hence the client usage.
+	srv, err := pki.EnsureCert(ca, filepath.Join(dir, pki.ServerCertFile), filepath.Join(dir, pki.ServerKeyFile),
+		pki.CertSpec{CommonName: "grid controller", Hosts: hosts, Server: true, Client: true})
+	if err != nil {
+		return nil, fmt.Errorf("server certificate: %w", err)
+	}
+	ctl, err := pki.EnsureCert(ca, filepath.Join(dir, pki.ControllerCertFile), filepath.Join(dir, pki.ControllerKeyFile),
+		pki.CertSpec{CommonName: "grid controller client", URIs: []string{pki.ControllerURI}, Client: true})
+	if err != nil {
+		return nil, fmt.Errorf("controller certificate: %w", err)
+	}
+	if _, err := pki.EnsureToken(filepath.Join(dir, pki.JoinTokenFile)); err != nil {
+		return nil, fmt.Errorf("join token: %w", err)
+	}
+	pool := ca.Pool()
+	return &security{
+		log: log, dataDir: dir, autoAdmit: cfg.autoAdmit(), ca: ca,
+		serverTLS: &tls.Config{Certificates: []tls.Certificate{srv}, ClientCAs: pool,
+			ClientAuth: tls.VerifyClientCertIfGiven, MinVersion: tls.VersionTLS12},
+		clusterTLS: &tls.Config{Certificates: []tls.Certificate{srv}, ClientCAs: pool, RootCAs: pool,
+			ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12},
+		clientTLS: &tls.Config{Certificates: []tls.Certificate{ctl}, RootCAs: pool, MinVersion: tls.VersionTLS12},
+		byNode:    map[string]*api.Enrollment{}, byKey: map[string]*api.Enrollment{}, revoked: map[string]bool{},
+	}, nil
+}
+
+// clientOptions connect as a controller (full permissions).
+func (s *security) clientOptions() []nats.Option {
+	return []nats.Option{nats.Secure(s.clientTLS.Clone())}
+}
+
+// Check decides on one client connection: a controller (a client
+// certificate of the CA naming ControllerURI) may do anything; an NKey
+// holder that proves its key gets the permissions of its enrollment, or,
+// when not enrolled yet, only its enrollment request; a revoked key and
+// anything else is refused.
+func (s *security) Check(c server.ClientAuthentication) bool {
+	if c.Kind() != server.CLIENT {
+		return false
+	}
+	if cs := c.GetTLSConnectionState(); cs != nil && len(cs.VerifiedChains) > 0 && len(cs.VerifiedChains[0]) > 0 &&
+		pki.HasURI(cs.VerifiedChains[0][0], pki.ControllerURI) {
+		c.RegisterUser(&server.User{Username: "controller:" + cs.VerifiedChains[0][0].Subject.CommonName})
+		return true
+	}
+	o := c.GetOpts()
+	if o == nil || !nkeys.IsValidPublicUserKey(o.Nkey) {
+		return false
+	}
+	pub, err := nkeys.FromPublicKey(o.Nkey)
+	if err != nil {
+		return false
+	}
+	sig, err := base64.RawURLEncoding.DecodeString(o.Sig)
+	if err != nil {
+		if sig, err = base64.StdEncoding.DecodeString(o.Sig); err != nil {
+			return false
+		}
+	}
+	if len(c.GetNonce()) == 0 || pub.Verify(c.GetNonce(), sig) != nil {
+		return false
+	}
+	s.mu.RLock()
+	e := s.byKey[o.Nkey]
+	revoked := s.revoked[o.Nkey]
+	s.mu.RUnlock()
+	switch {
+	case revoked:
+		return false
+	case e != nil && e.Status == api.EnrollAdmitted:
+		c.RegisterUser(&server.User{Username: "node:" + e.NodeID, Permissions: agentPermissions(e)})
+	default:
+		c.RegisterUser(&server.User{Username: "enrolling", Permissions: enrolleePermissions(o.Nkey)})
+	}
+	return true
+}
+
+// agentPermissions are all an admitted agent may do: hear its own node's
+// commands, its groups' and everyone's, and cancellations; report its own
+// results and progress; put its own node record and schema sets (a KV put
+// is a publish on $KV.<bucket>.<key>), look the two buckets up, and read
+// its own replies. Nothing else on JetStream.
+func agentPermissions(e *api.Enrollment) *server.Permissions {
+	id := e.NodeID
+	sub := append(api.AgentCommandSubjects(id, e.Groups), api.SubjectCancelAll, api.AgentInboxPrefix(e.PublicKey)+".>")
+	pub := []string{
+		"result.*.*." + id,
+		"progress.*.*." + id,
+		"$KV." + api.BucketNodes + "." + id,
+		// Any digest: the registry checks that a set hashes to its key.
+		"$KV." + api.BucketSchemas + ".*",
+		"$JS.API.STREAM.INFO.KV_" + api.BucketNodes,
+		"$JS.API.STREAM.INFO.KV_" + api.BucketSchemas,
+		// A create of an existing key reads it (the set is public anyway).
+		"$JS.API.DIRECT.GET.KV_" + api.BucketSchemas + ".>",
+		api.EnrollSubject(e.PublicKey),
+	}
+	return &server.Permissions{
+		Publish:   &server.SubjectPermission{Allow: pub},
+		Subscribe: &server.SubjectPermission{Allow: sub},
+	}
+}
+
+// enrolleePermissions allow an unknown key only to ask to be enrolled.
+func enrolleePermissions(key string) *server.Permissions {
+	return &server.Permissions{
+		Publish:   &server.SubjectPermission{Allow: []string{api.EnrollSubject(key)}},
+		Subscribe: &server.SubjectPermission{Allow: []string{api.AgentInboxPrefix(key) + ".>"}},
+	}
+}
+
+// admitted returns the groups a node id was admitted with.
+func (s *security) admitted(id string) ([]string, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	e := s.byNode[id]
+	if e == nil || e.Status != api.EnrollAdmitted {
+		return nil, false
+	}
+	return e.Groups, true
+}
+
+// watch follows the enrollments bucket until ctx ends; it returns once the
+// stored enrollments are loaded.
+func (s *security) watch(ctx context.Context, kv jetstream.KeyValue) error {
+	s.kv = kv
+	w, err := kv.WatchAll(ctx)
+	if err != nil {
+		return fmt.Errorf("watch enrollments: %w", err)
+	}
+	ready := make(chan struct{})
+	go func() {
+		defer func() { _ = w.Stop() }()
+		initial := true
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case e, ok := <-w.Updates():
+				if !ok {
+					return
+				}
+				if e == nil {
+					if initial {
+						initial = false
+						close(ready)
+					}
+					continue
+				}
+				s.apply(e)
+			}
+		}
+	}()
+	select {
+	case <-ready:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s *security) apply(kve jetstream.KeyValueEntry) {
+	var next *api.Enrollment
+	if kve.Operation() == jetstream.KeyValuePut {
+		var e api.Enrollment
+		if err := json.Unmarshal(kve.Value(), &e); err != nil || e.NodeID != kve.Key() {
+			s.log.Warn("ignoring malformed enrollment", "node", kve.Key(), "err", err)
+			return
+		}
+		next = &e
+	}
+	s.set(kve.Key(), next)
+}
+
+// set records a node's enrollment (nil: none) and closes the connections
+// whose permissions it changes.
+func (s *security) set(id string, next *api.Enrollment) {
+	s.mu.Lock()
+	prev := s.byNode[id]
+	if prev != nil && s.byKey[prev.PublicKey] == prev {
+		delete(s.byKey, prev.PublicKey)
+	}
+	if next == nil {
+		delete(s.byNode, id)
+	} else {
+		s.byNode[next.NodeID] = next
+		s.byKey[next.PublicKey] = next
+		for _, k := range next.RevokedKeys {
+			s.revoked[k] = true
+		}
+		if next.Status == api.EnrollRevoked {
+			s.revoked[next.PublicKey] = true
+		}
+	}
+	s.mu.Unlock()
+	wasAdmitted := prev != nil && prev.Status == api.EnrollAdmitted
+	isAdmitted := next != nil && next.Status == api.EnrollAdmitted
+	// A connection keeps the permissions it was given when it connected:
+	// when they shrink or go, close it, and the agent's reconnect gets what
+	// the enrollment now says (or nothing).
+	if wasAdmitted && (!isAdmitted || next.PublicKey != prev.PublicKey || !slices.Equal(next.Groups, prev.Groups)) {
+		s.disconnect(prev.PublicKey, false)
+		if s.forget != nil && !isAdmitted {
+			s.forget(prev.NodeID)
+		}
+	}
+	// A newly admitted key may already hold a connection with only the
+	// enrollment permissions (it connected to this server before this
+	// controller heard of the admission): close it so it comes back with
+	// its own. Its enrollment connection stays, to get the answer.
+	if isAdmitted && (!wasAdmitted || prev.PublicKey != next.PublicKey) {
+		s.disconnect(next.PublicKey, true)
+	}
+}
+
+// disconnect closes this server's client connections authenticated with
+// the key, except, with keepEnrolling, those that call themselves the
+// agent's enrollment connection (a name proves nothing, but sparing one
+// only leaves it with the enrollment permissions it has).
+func (s *security) disconnect(key string, keepEnrolling bool) {
+	ns := s.ns.Load()
+	if ns == nil {
+		return
+	}
+	cz, err := ns.Connz(&server.ConnzOptions{User: key, Username: true, Limit: 1 << 20})
+	if err != nil {
+		s.log.Warn("list connections to close", "err", err)
+		return
+	}
+	for _, ci := range cz.Conns {
+		if keepEnrolling && strings.HasPrefix(ci.Name, api.EnrollConnName) {
+			continue
+		}
+		if err := ns.DisconnectClientByID(ci.Cid); err == nil {
+			s.log.Info("closed the connection of a key no longer admitted", "key", key, "cid", ci.Cid)
+		}
+	}
+}
+
+// joinToken reads the join token at every use, so that replacing the file
+// rotates it without a restart.
+func (s *security) joinToken() string {
+	t, err := pki.ReadToken(filepath.Join(s.dataDir, pki.JoinTokenFile))
+	if err != nil {
+		s.log.Warn("join token unreadable; refusing enrollments", "err", err)
+		return ""
+	}
+	return t
+}
+
+// onEnroll answers an enrollment request. The subject names the key (the
+// server lets each connection publish only on its own).
+func (s *security) onEnroll(m *nats.Msg) {
+	key := strings.TrimPrefix(m.Subject, "grid.enroll.")
+	reply := func(r api.EnrollReply) {
+		b, _ := json.Marshal(r)
+		_ = m.Respond(b)
+	}
+	var req api.EnrollRequest
+	if err := json.Unmarshal(m.Data, &req); err != nil {
+		reply(api.EnrollReply{Error: "malformed enrollment request: " + err.Error()})
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	r, err := s.enroll(ctx, key, req, time.Now().UTC())
+	if err != nil {
+		s.log.Warn("enrollment refused", "node", req.NodeID, "key", key, "err", err)
+		reply(api.EnrollReply{Error: err.Error()})
+		return
+	}
+	// Known here before the agent, told it is admitted, reconnects to this
+	// server; the watch brings it to the other controllers.
+	s.set(r.NodeID, r)
+	if r.Status == api.EnrollPending {
+		s.log.Info("agent waits for approval", "node", req.NodeID, "groups", req.Groups, "approve", "grid node approve "+req.NodeID)
+	}
+	reply(api.EnrollReply{Status: r.Status})
+}
+
+var errEnrollConflict = errors.New("enrollment changed meanwhile; try again")
+
+// enroll records or looks up the enrollment of key as req.NodeID.
+func (s *security) enroll(ctx context.Context, key string, req api.EnrollRequest, now time.Time) (*api.Enrollment, error) {
+	if !nkeys.IsValidPublicUserKey(key) {
+		return nil, fmt.Errorf("public key %q is not an NKey user key", key)
+	}
+	if !api.ValidToken(req.NodeID) {
+		return nil, fmt.Errorf("node_id %q: want letters, digits, '-' or '_'", req.NodeID)
+	}
+	for i, g := range req.Groups {
+		if !api.ValidGroup(g) {
+			return nil, fmt.Errorf("groups[%d] %q is not a valid group", i, g)
+		}
+	}
+	groups := slices.Clone(req.Groups)
+	slices.Sort(groups)
+	groups = slices.Compact(groups)
+	s.mu.RLock()
+	other := s.byKey[key]
+	revoked := s.revoked[key]
+	s.mu.RUnlock()
+	if revoked {
+		return nil, errors.New("this agent's key was revoked; it cannot enroll again (make a new key and enroll with the join token)")
+	}
+	if other != nil && other.NodeID != req.NodeID {
+		return nil, fmt.Errorf("this key is enrolled as node %s, not %s", other.NodeID, req.NodeID)
+	}
+	tokenOK := req.Token != "" && pki.TokenEqual(req.Token, s.joinToken())
+	cur, err := s.kv.Get(ctx, req.NodeID)
+	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, fmt.Errorf("read enrollment: %w", err)
+	}
+	if cur == nil {
+		if !tokenOK {
+			return nil, errors.New("not enrolled and no valid join token: start the agent with --join-token or --join-token-file")
+		}
+		e := &api.Enrollment{NodeID: req.NodeID, PublicKey: key, Groups: groups, Status: api.EnrollPending, RequestedAt: now}
+		if s.autoAdmit {
+			e.Status, e.DecidedAt = api.EnrollAdmitted, now
+		}
+		b, _ := json.Marshal(e)
+		if _, err := s.kv.Create(ctx, req.NodeID, b); err != nil {
+			if errors.Is(err, jetstream.ErrKeyExists) {
+				return nil, errEnrollConflict
+			}
+			return nil, fmt.Errorf("store enrollment: %w", err)
+		}
+		return e, nil
+	}
+	var e api.Enrollment
+	if err := json.Unmarshal(cur.Value(), &e); err != nil {
+		return nil, fmt.Errorf("stored enrollment of %s: %w", req.NodeID, err)
+	}
+	switch {
+	case e.PublicKey == key && e.Status == api.EnrollRevoked:
+		return nil, errors.New("this agent was revoked")
+	case e.PublicKey == key && slices.Equal(e.Groups, groups):
+		return &e, nil
+	case e.PublicKey == key:
+		// New groups are a new enrollment: the token again, and approval
+		// unless auto-admitted.
+		if !tokenOK {
+			return nil, fmt.Errorf("groups changed from %v to %v: enroll again with the join token", e.Groups, groups)
+		}
+		e.Groups, e.Status, e.RequestedAt, e.DecidedAt = groups, api.EnrollPending, now, time.Time{}
+		if s.autoAdmit {
+			e.Status, e.DecidedAt = api.EnrollAdmitted, now
+		}
+	case e.Status == api.EnrollRevoked:
+		// The node id of a revoked agent comes back with a new key: an
+		// operator decides, whatever auto_admit says.
+		if !tokenOK {
+			return nil, errors.New("not enrolled and no valid join token: start the agent with --join-token or --join-token-file")
+		}
+		e.RevokedKeys = appendRevoked(e.RevokedKeys, e.PublicKey)
+		e.PublicKey, e.Groups, e.Status, e.RequestedAt, e.DecidedAt = key, groups, api.EnrollPending, now, time.Time{}
+	default:
+		return nil, fmt.Errorf("node id %s is enrolled with another key; revoke it first (grid node revoke %s)", req.NodeID, req.NodeID)
+	}
+	b, _ := json.Marshal(e)
+	if _, err := s.kv.Update(ctx, req.NodeID, b, cur.Revision()); err != nil {
+		return nil, fmt.Errorf("%w (%v)", errEnrollConflict, err)
+	}
+	return &e, nil
+}
+
+// appendRevoked keeps the last 16 revoked keys of a node id.
+func appendRevoked(keys []string, k string) []string {
+	if slices.Contains(keys, k) {
+		return keys
+	}
+	keys = append(keys, k)
+	if len(keys) > 16 {
+		keys = keys[len(keys)-16:]
+	}
+	return keys
+}
+
+// decide approves or revokes a node's enrollment.
+func (s *security) decide(ctx context.Context, id, to string) (*api.Enrollment, error) {
+	for try := 0; try < 5; try++ {
+		cur, err := s.kv.Get(ctx, id)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return nil, errNoEnrollment
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read enrollment: %w", err)
+		}
+		var e api.Enrollment
+		if err := json.Unmarshal(cur.Value(), &e); err != nil {
+			return nil, fmt.Errorf("stored enrollment of %s: %w", id, err)
+		}
+		switch {
+		case to == api.EnrollAdmitted && e.Status == api.EnrollRevoked:
+			return nil, errRevokedApprove
+		case e.Status == to:
+			return &e, nil
+		}
+		e.Status, e.DecidedAt = to, time.Now().UTC()
+		if to == api.EnrollRevoked {
+			e.RevokedKeys = appendRevoked(e.RevokedKeys, e.PublicKey)
+		}
+		b, _ := json.Marshal(e)
+		if _, err := s.kv.Update(ctx, id, b, cur.Revision()); err == nil {
+			return &e, nil
+		} else if !errors.Is(err, jetstream.ErrKeyExists) {
+			return nil, fmt.Errorf("store enrollment: %w", err)
+		}
+	}
+	return nil, errEnrollConflict
+}
+
+var (
+	errNoEnrollment   = errors.New("no enrollment for this node id")
+	errRevokedApprove = errors.New("this node was revoked; its agent must enroll again with a new key (delete its agent.nk) before it can be approved")
+)
+
+// list returns enrollments with the given status ("" for all), by node id.
+func (s *security) list(status string) []api.Enrollment {
+	s.mu.RLock()
+	out := make([]api.Enrollment, 0, len(s.byNode))
+	for _, e := range s.byNode {
+		if status == "" || e.Status == status {
+			out = append(out, *e)
+		}
+	}
+	s.mu.RUnlock()
+	slices.SortFunc(out, func(a, b api.Enrollment) int { return strings.Compare(a.NodeID, b.NodeID) })
+	return out
+}
