@@ -25,6 +25,7 @@ type benchFlags struct {
 	parallel  int
 	cpuProf   string
 	memProf   string
+	insecure  bool
 	logs      logOptions
 
 	cpuFile *os.File
@@ -59,6 +60,7 @@ Progress goes to stderr; the result is a table, or JSON with -o json.`,
 	pf.IntVar(&bf.parallel, "start-parallel", 64, "agents registering at once")
 	pf.StringVar(&bf.cpuProf, "cpuprofile", "", "write a CPU profile of the measured part (controller and agents when embedded) to this file")
 	pf.StringVar(&bf.memProf, "memprofile", "", "write an allocation profile at the end to this file, and one at the start of the measured part to FILE.base (compare with go tool pprof -diff_base)")
+	pf.BoolVar(&bf.insecure, "insecure", false, "embedded controller without NATS TLS and authentication (to measure their cost)")
 	bf.logs.register(pf, "error")
 	cmd.AddCommand(newBenchFanoutCommand(g, bf), newBenchThroughputCommand(g, bf), newBenchRegisterCommand(g, bf))
 	return cmd
@@ -91,7 +93,7 @@ func benchSetup(cmd *cobra.Command, g *globals, bf *benchFlags) (context.Context
 		_, _ = fmt.Fprintf(g.stderr, "warning: open-files limit is %d, %d agents may need %d (%v)\n", got, bf.agents, want, err)
 	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-	opts := bench.Options{Heartbeat: bf.heartbeat, StartParallel: bf.parallel, Progress: g.stderr, Logger: logger, Token: g.token}
+	opts := bench.Options{Heartbeat: bf.heartbeat, StartParallel: bf.parallel, Progress: g.stderr, Logger: logger, Token: g.token, Insecure: bf.insecure}
 	if external {
 		opts.APIAddr, opts.NATSURL = g.addr, bf.nats
 	}

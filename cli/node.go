@@ -17,14 +17,28 @@ func newNodeCommand(g *globals) *cobra.Command {
 		Use:   "node",
 		Short: "Inspect registered nodes",
 	}
-	cmd.AddCommand(&cobra.Command{
+	var pending bool
+	list := &cobra.Command{
 		Use:   "list",
-		Short: "List registered nodes",
+		Short: "List registered nodes (--pending: agents waiting for approval)",
 		Args:  exactArgs(),
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
 			c, err := g.client()
 			if err != nil {
 				return err
+			}
+			if pending {
+				es, err := c.ListEnrollments(cmd.Context(), api.EnrollPending)
+				if err != nil {
+					return fmt.Errorf("list pending nodes: %w", err)
+				}
+				if g.json() {
+					if es == nil {
+						es = []api.Enrollment{}
+					}
+					return writeJSON(g.stdout, es)
+				}
+				return printEnrollments(g.stdout, es, time.Now())
 			}
 			nodes, err := c.ListNodes(cmd.Context())
 			if err != nil {
@@ -39,26 +53,69 @@ func newNodeCommand(g *globals) *cobra.Command {
 			}
 			return printNodeList(g.stdout, nodes, time.Now())
 		}),
-	}, &cobra.Command{
-		Use:   "info ID",
-		Short: "Show a node with its backends and actions",
-		Args:  exactArgs("ID"),
-		RunE: runE(func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
+	}
+	list.Flags().BoolVar(&pending, "pending", false, "list agents that enrolled and wait for 'grid node approve'")
+	decide := func(use, short, verb string, call func(*api.Client, *cobra.Command, string) (*api.Enrollment, error)) *cobra.Command {
+		return &cobra.Command{
+			Use:   use + " ID",
+			Short: short,
+			Args:  exactArgs("ID"),
+			RunE: runE(func(cmd *cobra.Command, args []string) error {
+				c, err := g.client()
+				if err != nil {
+					return err
+				}
+				e, err := call(c, cmd, args[0])
+				if err != nil {
+					return fmt.Errorf("%s node %s: %w", use, args[0], err)
+				}
+				if g.json() {
+					return writeJSON(g.stdout, e)
+				}
+				_, err = fmt.Fprintf(g.stdout, "node %s %s (key %s)\n", e.NodeID, verb, e.PublicKey)
 				return err
-			}
-			n, err := c.GetNode(cmd.Context(), args[0])
-			if err != nil {
-				return fmt.Errorf("node %s: %w", args[0], err)
-			}
-			if g.json() {
-				return writeJSON(g.stdout, n)
-			}
-			return printNode(g.stdout, n, time.Now())
+			}),
+		}
+	}
+	cmd.AddCommand(list,
+		decide("approve", "Admit an agent waiting for approval", "admitted", func(c *api.Client, cmd *cobra.Command, id string) (*api.Enrollment, error) {
+			return c.ApproveNode(cmd.Context(), id)
 		}),
-	})
+		decide("revoke", "Disconnect an agent and refuse its key from now on", "revoked", func(c *api.Client, cmd *cobra.Command, id string) (*api.Enrollment, error) {
+			return c.RevokeNode(cmd.Context(), id)
+		}),
+		&cobra.Command{
+			Use:   "info ID",
+			Short: "Show a node with its backends and actions",
+			Args:  exactArgs("ID"),
+			RunE: runE(func(cmd *cobra.Command, args []string) error {
+				c, err := g.client()
+				if err != nil {
+					return err
+				}
+				n, err := c.GetNode(cmd.Context(), args[0])
+				if err != nil {
+					return fmt.Errorf("node %s: %w", args[0], err)
+				}
+				if g.json() {
+					return writeJSON(g.stdout, n)
+				}
+				return printNode(g.stdout, n, time.Now())
+			}),
+		})
 	return cmd
+}
+
+func printEnrollments(w io.Writer, es []api.Enrollment, now time.Time) error {
+	tw := newTable(w)
+	_, _ = fmt.Fprintln(tw, "ID\tSTATUS\tGROUPS\tPUBLIC KEY\tREQUESTED")
+	for _, e := range es {
+		_, _ = fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s ago\n", e.NodeID, e.Status, orDash(strings.Join(e.Groups, ",")), e.PublicKey, fmtAge(e.RequestedAt, now))
+	}
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("write table: %w", err)
+	}
+	return nil
 }
 
 func printNodeList(w io.Writer, nodes []api.NodeInfo, now time.Time) error {

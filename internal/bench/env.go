@@ -40,6 +40,9 @@ type Options struct {
 	NATSURL string
 	// Token is the API bearer token, if the controller wants one.
 	Token string
+	// Insecure runs the embedded controller without TLS and authentication
+	// on NATS, to measure what they cost.
+	Insecure bool
 	// Heartbeat is the simulated agents' heartbeat interval (0: the agent
 	// default).
 	Heartbeat time.Duration
@@ -92,6 +95,7 @@ func Setup(ctx context.Context, opts Options) (*Env, error) {
 		f, err := fleet.Start(fctx, fleet.Options{DataDir: filepath.Join(dir, "fleet"), APIAddr: "127.0.0.1:0", Logger: e.log,
 			Controller: func(c *controller.Config) {
 				c.MaxPending = 100_000
+				c.Insecure = opts.Insecure
 			}})
 		if err != nil {
 			stop()
@@ -117,7 +121,7 @@ func Setup(ctx context.Context, opts Options) (*Env, error) {
 		_, err = e.client.Status(ctx)
 	}
 	if err == nil {
-		e.nc, err = nats.Connect(e.natsURL, nats.Name("grid-bench"), nats.MaxReconnects(-1))
+		e.nc, err = nats.Connect(e.natsURL, append(e.natsOpts(), nats.Name("grid-bench"), nats.MaxReconnects(-1))...)
 	}
 	if err == nil {
 		var js jetstream.JetStream
@@ -137,6 +141,15 @@ func Setup(ctx context.Context, opts Options) (*Env, error) {
 	}
 	e.agentsCtx, e.cancelAgents = context.WithCancel(context.Background())
 	return e, nil
+}
+
+// natsOpts connect the bench's own connections as the embedded controller
+// does (nil for an external one or an insecure controller).
+func (e *Env) natsOpts() []nats.Option {
+	if e.fleet == nil {
+		return nil
+	}
+	return e.fleet.NATSOptions()
 }
 
 // Embedded reports whether the controller runs in this process.
@@ -276,6 +289,10 @@ func (e *Env) startAgent(i int) (*agent.Agent, error) {
 	cfg.DataDir = filepath.Join(e.dir, "agents", name)
 	cfg.Sandbox = filepath.Join(cfg.DataDir, "sandbox")
 	cfg.Logger = e.log
+	if e.fleet != nil && e.fleet.NATSOptions() != nil {
+		// The embedded controller admits the simulated agents.
+		cfg.CAFile, cfg.JoinTokenFile = e.fleet.CAFile(), e.fleet.JoinTokenFile()
+	}
 	// One backend set serves every simulated agent: building the built-in
 	// set compiles the schemas' patterns, a per-process cost that would
 	// otherwise dominate registering thousands of agents in one process.

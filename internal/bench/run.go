@@ -46,7 +46,7 @@ func (e *Env) Floor(ctx context.Context, n, rounds int) ([]time.Duration, error)
 				if i >= n || ctx.Err() != nil {
 					return
 				}
-				c, err := nats.Connect(e.natsURL, nats.Name("grid-bench-floor"))
+				c, err := nats.Connect(e.natsURL, append(e.natsOpts(), nats.Name("grid-bench-floor"))...)
 				if err == nil {
 					_, err = c.Subscribe(subject, func(m *nats.Msg) { _ = m.Respond([]byte("ok")) })
 				}

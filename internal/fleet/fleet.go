@@ -154,6 +154,12 @@ func Start(ctx context.Context, opts Options) (*Fleet, error) {
 	return f, nil
 }
 
+// CAFile is the controller's CA certificate, which agents trust.
+func (f *Fleet) CAFile() string { return filepath.Join(f.ctlDataDir, pki.CAFile) }
+
+// JoinTokenFile holds the controller's agent join token.
+func (f *Fleet) JoinTokenFile() string { return filepath.Join(f.ctlDataDir, pki.JoinTokenFile) }
+
 // NATSOptions connect to the fleet's NATS as its controller does (see
 // controller.NATSOptions); tests use them to look at or attack the bus.
 func (f *Fleet) NATSOptions() []nats.Option { return f.Controller.NATSOptions() }
@@ -198,8 +204,7 @@ func (f *Fleet) AddAgent(ctx context.Context, groups []string) (*agent.Agent, er
 	cfg.Logger = f.log
 	// A secured controller admits its own fleet: its CA and join token.
 	if f.Controller.NATSOptions() != nil {
-		cfg.CAFile = filepath.Join(f.ctlDataDir, pki.CAFile)
-		cfg.JoinTokenFile = filepath.Join(f.ctlDataDir, pki.JoinTokenFile)
+		cfg.CAFile, cfg.JoinTokenFile = f.CAFile(), f.JoinTokenFile()
 	}
 	if f.opts.Agent != nil {
 		f.opts.Agent(i, &cfg)
