@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
+	"github.com/gridfleet/terraform-provider-grid/internal/pki"
 )
 
 // gridBin is the binary under test; empty when the chaos tests are off.
@@ -252,8 +253,42 @@ func newCtlSpecs(t *testing.T, dir string, n, replicas int) []*ctlSpec {
 			}
 		}
 	}
+	shareSecurity(t, dir, specs)
 	return specs
 }
+
+// shareSecurity gives every controller the same CA (certificate and key)
+// and join token before their first start, as an operator of a cluster
+// does (README, "Security"): routes then authenticate each other, and an
+// agent enrolled through one controller is known to all. Agents trust
+// securityDir's ca.pem and enroll with its join-token.
+func shareSecurity(t *testing.T, dir string, specs []*ctlSpec) {
+	t.Helper()
+	src := securityDir(dir)
+	if _, err := pki.EnsureCA(src); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pki.EnsureToken(filepath.Join(src, pki.JoinTokenFile)); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range specs {
+		if err := os.MkdirAll(s.dataDir, 0o750); err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range []string{pki.CAFile, pki.CAKeyFile, pki.JoinTokenFile} {
+			b, err := os.ReadFile(filepath.Join(src, name))
+			if err == nil {
+				err = os.WriteFile(filepath.Join(s.dataDir, name), b, 0o600)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// securityDir holds the fleet's shared CA and join token.
+func securityDir(dir string) string { return filepath.Join(dir, "security") }
 
 func startController(t *testing.T, dir string, s *ctlSpec) *proc {
 	t.Helper()
@@ -264,8 +299,9 @@ func startController(t *testing.T, dir string, s *ctlSpec) *proc {
 // startAgent starts an agent connected to the given NATS URLs.
 func startAgent(t *testing.T, dir, name string, groups []string, urls []string, heartbeat string) *proc {
 	t.Helper()
-	cfg := fmt.Sprintf("name: %s\ngroups: [%s]\nnats: [%s]\ndata_dir: %s\nheartbeat_interval: %s\nshutdown_grace: 20s\n",
-		name, strings.Join(groups, ", "), strings.Join(urls, ", "), filepath.Join(dir, name+"-data"), heartbeat)
+	cfg := fmt.Sprintf("name: %s\ngroups: [%s]\nnats: [%s]\ndata_dir: %s\nheartbeat_interval: %s\nshutdown_grace: 20s\nca_file: %s\njoin_token_file: %s\n",
+		name, strings.Join(groups, ", "), strings.Join(urls, ", "), filepath.Join(dir, name+"-data"), heartbeat,
+		filepath.Join(securityDir(dir), pki.CAFile), filepath.Join(securityDir(dir), pki.JoinTokenFile))
 	path := filepath.Join(dir, name+".yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
