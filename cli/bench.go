@@ -26,6 +26,7 @@ type benchFlags struct {
 	cpuProf   string
 	memProf   string
 	insecure  bool
+	ctlDir    string
 	logs      logOptions
 
 	cpuFile *os.File
@@ -60,6 +61,7 @@ Progress goes to stderr; the result is a table, or JSON with -o json.`,
 	pf.IntVar(&bf.parallel, "start-parallel", 64, "agents registering at once")
 	pf.StringVar(&bf.cpuProf, "cpuprofile", "", "write a CPU profile of the measured part (controller and agents when embedded) to this file")
 	pf.StringVar(&bf.memProf, "memprofile", "", "write an allocation profile at the end to this file, and one at the start of the measured part to FILE.base (compare with go tool pprof -diff_base)")
+	pf.StringVar(&bf.ctlDir, "controller-data-dir", "", "with --addr: the controller's data dir on this machine (its CA, join token and client certificate); empty for an insecure controller")
 	pf.BoolVar(&bf.insecure, "insecure", false, "embedded controller without NATS TLS and authentication (to measure their cost)")
 	bf.logs.register(pf, "error")
 	cmd.AddCommand(newBenchFanoutCommand(g, bf), newBenchThroughputCommand(g, bf), newBenchRegisterCommand(g, bf))
@@ -93,7 +95,7 @@ func benchSetup(cmd *cobra.Command, g *globals, bf *benchFlags) (context.Context
 		_, _ = fmt.Fprintf(g.stderr, "warning: open-files limit is %d, %d agents may need %d (%v)\n", got, bf.agents, want, err)
 	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-	opts := bench.Options{Heartbeat: bf.heartbeat, StartParallel: bf.parallel, Progress: g.stderr, Logger: logger, Token: g.token, Insecure: bf.insecure}
+	opts := bench.Options{Heartbeat: bf.heartbeat, StartParallel: bf.parallel, Progress: g.stderr, Logger: logger, Token: g.token, Insecure: bf.insecure, ControllerDataDir: bf.ctlDir}
 	if external {
 		opts.APIAddr, opts.NATSURL = g.addr, bf.nats
 	}

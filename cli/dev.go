@@ -57,7 +57,7 @@ The agents enable only sandboxed backends. Stop it with Ctrl-C.`,
 			addr := f.APIURL()
 			_, _ = fmt.Fprintf(g.stdout, `GRID dev fleet: %d agent(s) named node-1…node-%d
   API:    %s
-  NATS:   %s
+  NATS:   %s (TLS; CA %s, join token in %s)
   groups: %s
   data:   %s (removed at exit)
 
@@ -66,7 +66,7 @@ Try, in another terminal:
   grid --addr %s job run --target group:web ping echo --message hi --wait
 
 Ctrl-C stops the fleet.
-`, agents, agents, addr, f.NATSURL(), devGroups(agents), dir, addr, addr)
+`, agents, agents, addr, f.NATSURL(), f.CAFile(), f.JoinTokenFile(), devGroups(agents), dir, addr, addr)
 			<-ctx.Done()
 			_, _ = fmt.Fprintln(g.stderr, "stopping the dev fleet…")
 			<-f.Done()

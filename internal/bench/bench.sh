@@ -46,12 +46,12 @@ ctl=$!
 for _ in $(seq 100); do curl -fs "http://127.0.0.1:$api/readyz" >/dev/null 2>&1 && break; sleep 0.1; done
 # The controller's memory is read from its /metrics after the agents have
 # heartbeated for a minute (steady state), while they are still online.
-"$BIN" bench register --agents 10000 --settle 60s --addr "127.0.0.1:$api" --nats "nats://127.0.0.1:$nats" -o "$OUT"
+"$BIN" bench register --agents 10000 --settle 60s --addr "127.0.0.1:$api" --nats "nats://127.0.0.1:$nats" --controller-data-dir "$work/ctl" -o "$OUT"
 echo "controller process RSS after the agents left: $(rss_mib "$ctl") MiB"
-"$BIN" bench fanout --agents 10000 --rounds 5 --addr "127.0.0.1:$api" --nats "nats://127.0.0.1:$nats" -o "$OUT"
+"$BIN" bench fanout --agents 10000 --rounds 5 --addr "127.0.0.1:$api" --nats "nats://127.0.0.1:$nats" --controller-data-dir "$work/ctl" -o "$OUT"
 
 echo "== one idle standalone agent"
-"$BIN" agent --name idle-1 --nats "nats://127.0.0.1:$nats" --data-dir "$work/agent" --log-level error &
+"$BIN" agent --name idle-1 --nats "nats://127.0.0.1:$nats" --data-dir "$work/agent" --ca-file "$work/ctl/ca.pem" --join-token-file "$work/ctl/join-token" --log-level error &
 pids+=($!)
 agent=$!
 sleep 15

@@ -29,6 +29,7 @@ import (
 	"github.com/gridfleet/terraform-provider-grid/backends/builtin"
 	"github.com/gridfleet/terraform-provider-grid/controller"
 	"github.com/gridfleet/terraform-provider-grid/internal/fleet"
+	"github.com/gridfleet/terraform-provider-grid/internal/pki"
 )
 
 // Options say what to measure against.
@@ -40,6 +41,11 @@ type Options struct {
 	NATSURL string
 	// Token is the API bearer token, if the controller wants one.
 	Token string
+	// ControllerDataDir, with APIAddr, is the external controller's data
+	// dir on this machine: the agents trust its ca.pem and enroll with its
+	// join-token; the bench's own connections use its controller
+	// certificate. Empty for an insecure controller.
+	ControllerDataDir string
 	// Insecure runs the embedded controller without TLS and authentication
 	// on NATS, to measure what they cost.
 	Insecure bool
@@ -146,6 +152,10 @@ func Setup(ctx context.Context, opts Options) (*Env, error) {
 // natsOpts connect the bench's own connections as the embedded controller
 // does (nil for an external one or an insecure controller).
 func (e *Env) natsOpts() []nats.Option {
+	if d := e.opts.ControllerDataDir; e.fleet == nil && d != "" {
+		return []nats.Option{nats.RootCAs(filepath.Join(d, pki.CAFile)),
+			nats.ClientCert(filepath.Join(d, pki.ControllerCertFile), filepath.Join(d, pki.ControllerKeyFile))}
+	}
 	if e.fleet == nil {
 		return nil
 	}
@@ -289,9 +299,13 @@ func (e *Env) startAgent(i int) (*agent.Agent, error) {
 	cfg.DataDir = filepath.Join(e.dir, "agents", name)
 	cfg.Sandbox = filepath.Join(cfg.DataDir, "sandbox")
 	cfg.Logger = e.log
-	if e.fleet != nil && e.fleet.NATSOptions() != nil {
+	switch {
+	case e.fleet != nil && e.fleet.NATSOptions() != nil:
 		// The embedded controller admits the simulated agents.
 		cfg.CAFile, cfg.JoinTokenFile = e.fleet.CAFile(), e.fleet.JoinTokenFile()
+	case e.fleet == nil && e.opts.ControllerDataDir != "":
+		cfg.CAFile = filepath.Join(e.opts.ControllerDataDir, pki.CAFile)
+		cfg.JoinTokenFile = filepath.Join(e.opts.ControllerDataDir, pki.JoinTokenFile)
 	}
 	// One backend set serves every simulated agent: building the built-in
 	// set compiles the schemas' patterns, a per-process cost that would
