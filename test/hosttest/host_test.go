@@ -78,7 +78,7 @@ func TestAptAndSystemdInContainer(t *testing.T) {
 	}
 
 	ct, systemdReason := startContainer(t, work, grid, repo)
-	startAgent(t, ct, natsURL)
+	startAgent(t, ct, natsURL, f.CAFile(), f.JoinTokenFile())
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if err := f.WaitOnline(ctx, node); err != nil {
@@ -461,9 +461,17 @@ func waitSystemd(ct string, timeout time.Duration) (string, error) {
 }
 
 // startAgent starts grid agent in the container, logging to a file.
-func startAgent(t *testing.T, ct, natsURL string) {
+// startAgent starts the agent in the container, enrolling with the
+// controller's CA and join token (copied in).
+func startAgent(t *testing.T, ct, natsURL, caFile, tokenFile string) {
 	t.Helper()
-	cmd := fmt.Sprintf("exec /usr/local/bin/grid agent --name %s --groups hosttest --nats %s >/var/log/grid-agent.log 2>&1",
+	for src, dst := range map[string]string{caFile: "/etc/grid-ca.pem", tokenFile: "/etc/grid-join-token"} {
+		if out, err := exec.Command("docker", "cp", src, ct+":"+dst).CombinedOutput(); err != nil {
+			t.Fatalf("copy %s into the container: %v: %s", src, err, out)
+		}
+	}
+	cmd := fmt.Sprintf("exec /usr/local/bin/grid agent --name %s --groups hosttest --nats %s --data-dir /var/lib/grid-agent"+
+		" --ca-file /etc/grid-ca.pem --join-token-file /etc/grid-join-token >/var/log/grid-agent.log 2>&1",
 		node, natsURL)
 	if out, err := exec.Command("docker", "exec", "-d", ct, "/bin/sh", "-c", cmd).CombinedOutput(); err != nil {
 		t.Fatalf("start the agent: %v: %s", err, out)
