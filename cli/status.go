@@ -45,7 +45,7 @@ func printStatus(w io.Writer, addr string, s *api.Status) error {
 		_, _ = fmt.Fprintf(tw, "limit %s:\t%d\n", name, s.Limits[name])
 	}
 	if len(s.Streams) > 0 {
-		_, _ = fmt.Fprintf(tw, "streams:\t(replicas %d wanted)\n", s.Replicas)
+		_, _ = fmt.Fprintf(tw, "streams:\t%d replicas wanted\n", s.Replicas)
 		for _, h := range s.Streams {
 			_, _ = fmt.Fprintf(tw, "  %s:\t%s\n", h.Stream, streamLine(h))
 		}

@@ -185,11 +185,15 @@ func (t Topology) replicasFor(ctx context.Context, js jetstream.JetStream, strea
 		return 0, 0, err
 	}
 	have = s.CachedInfo().Config.Replicas
-	want = t.Replicas
-	if t.NeverLower && have > want {
-		want = have
+	return t.wantReplicas(have), have, nil
+}
+
+// wantReplicas is the count to ask of a stream that has have (0: none yet).
+func (t Topology) wantReplicas(have int) int {
+	if t.NeverLower && have > t.Replicas {
+		return have
 	}
-	return want, have, nil
+	return t.Replicas
 }
 
 // cannotPlace reports whether JetStream refused a replica count for good
