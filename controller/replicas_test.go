@@ -222,6 +222,20 @@ func TestClusterReplicasDefaultRaisesAndWarns(t *testing.T) {
 	}
 	scrape(t, first.ctl.APIURL())
 
+	// A chosen count never lowers: c2 back with a route to c1 only (c3
+	// routes to it) chooses 2 and leaves the streams at 3.
+	second := members[1]
+	second.halt()
+	second.cfg.Replicas, second.cfg.Routes = 0, second.cfg.Routes[:1]
+	if err := second.start(t); err != nil {
+		t.Fatalf("restart c2 with one route: %v", err)
+	}
+	for name, n := range streamReplicas(t, second.ctl.NATSURL()) {
+		if n != 3 {
+			t.Errorf("stream %s lowered to %d replicas by a count chosen from fewer routes", name, n)
+		}
+	}
+
 	// One server lost: every stream keeps a leader and shows the missing
 	// replica, and /readyz stays ready while saying so.
 	members[2].halt()
