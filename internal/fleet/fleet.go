@@ -45,6 +45,21 @@ func DefaultGroups(i int) []string {
 	return []string{"db.prod"}
 }
 
+// DevCheckOnly are the backends a dev fleet's agents run only in check
+// mode: they act on the real host, so there they report what they would
+// change and change nothing.
+var DevCheckOnly = []string{"apt", "systemd"}
+
+// DevAgent configures an agent of grid dev so that it never changes the
+// host: apt and systemd run in check mode only; file and net's resolver
+// file stay in the agent's sandbox (every fleet agent has one); dangerous
+// actions stay off (no allow list) and exec has no programs.
+func DevAgent(_ int, cfg *agent.Config) {
+	cfg.CheckOnly = DevCheckOnly
+	cfg.Allow = nil
+	cfg.Backends.Programs = nil
+}
+
 // Fleet is a running controller with its agents.
 type Fleet struct {
 	Controller *controller.Controller
