@@ -27,8 +27,12 @@ func addClientError(diags *diag.Diagnostics, summary string, err error) {
 	if errors.As(err, &ae) {
 		hint := ""
 		switch ae.StatusCode {
-		case 401, 403:
-			hint = "\n\nThe controller refused the credentials: set the provider's token (or GRID_TOKEN)."
+		case 401:
+			hint = "\n\nThe controller refused the token: set the provider's token (or GRID_TOKEN) to a live token " +
+				"of this controller (the first admin token is in its data dir, file admin-token; grid token create makes more)."
+		case 403:
+			hint = "\n\nThe token's role is too weak: grid_job needs a token with role operator (admin for " +
+				"dangerous actions); data sources need read."
 		case 429:
 			hint = "\n\nThe controller's queue is full; wait for running jobs to finish and apply again."
 		}
