@@ -117,6 +117,10 @@ func (c *Controller) handleCreateToken(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("name %q: use 1-128 letters, digits, '_' and '-'", req.Name))
 		return
 	}
+	if reservedTokenName(req.Name) {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("name %q: admin and admin-* name the controllers' own admin tokens; pick another", req.Name))
+		return
+	}
 	role, err := api.ParseRole(string(req.Role))
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())

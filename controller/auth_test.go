@@ -310,6 +310,12 @@ func TestRevokedTokenRefusedOnEveryController(t *testing.T) {
 	if code, _ := rawCall(t, p.ctls["c1"].APIURL(), http.MethodGet, "/nodes", tok, nil); code != http.StatusUnauthorized {
 		t.Fatalf("old token after its name was reused: %d", code)
 	}
+	// The admin names stay free for controllers that start later.
+	for _, name := range []string{"admin", "admin-c4"} {
+		if _, err := p.clients["c1"].CreateToken(ctx, name, api.RoleAdmin); !api.IsStatus(err, http.StatusBadRequest) {
+			t.Errorf("token named %s: %v, want 400", name, err)
+		}
+	}
 }
 
 // The first start writes the admin token to DATA_DIR/admin-token, readable

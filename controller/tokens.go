@@ -284,6 +284,12 @@ func (c *Controller) ensureAdminToken(ctx context.Context) (string, error) {
 	return tok, nil
 }
 
+// reservedTokenName reports whether a name is kept for the controllers'
+// admin tokens, which a start must always be able to register.
+func reservedTokenName(name string) bool {
+	return name == "admin" || strings.HasPrefix(name, "admin-")
+}
+
 func (c *Controller) registerAdmin(ctx context.Context, tok string) error {
 	var err error
 	for _, name := range []string{"admin", "admin-" + c.id} {
