@@ -145,6 +145,13 @@ func New(cfg Config) (*Agent, error) {
 		}
 		reg.SetAllowlist(allow)
 	}
+	if len(cfg.CheckOnly) > 0 {
+		co, err := backends.ParseAllowlist(cfg.CheckOnly)
+		if err != nil {
+			return nil, fmt.Errorf("agent config: check_only: %w", err)
+		}
+		reg.SetCheckOnly(co)
+	}
 	if cfg.DataDir != "" {
 		if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
 			return nil, fmt.Errorf("agent: data dir: %w", err)

@@ -62,6 +62,10 @@ type Config struct {
 	// enables every action not marked dangerous. When set, it replaces the
 	// allowlist of Registry, including a caller-supplied one.
 	Allow []string `yaml:"allow"`
+	// CheckOnly names actions (backend, backend.action or *) this node runs
+	// only in check mode: they report what they would change and change
+	// nothing, whatever the job asks. grid dev sets apt and systemd.
+	CheckOnly []string `yaml:"check_only"`
 	// ShutdownGrace is how long a graceful shutdown waits for running tasks
 	// before interrupting them. Zero means the default, as for every
 	// duration here.
@@ -214,6 +218,9 @@ func (c Config) Validate() error {
 	}
 	if _, err := backends.ParseAllowlist(c.Allow); err != nil {
 		bad("allow: %w", err)
+	}
+	if _, err := backends.ParseAllowlist(c.CheckOnly); err != nil {
+		bad("check_only: %w", err)
 	}
 	return errors.Join(errs...)
 }

@@ -112,8 +112,11 @@ type Job struct {
 	// Error says why a job failed or was cancelled as a whole.
 	Error string `json:"error,omitempty"`
 	// Owner is the controller running the job.
-	Owner   string `json:"owner,omitempty"`
-	TraceID string `json:"trace_id,omitempty"`
+	Owner string `json:"owner,omitempty"`
+	// SubmittedBy is the name of the API token that submitted the job; the
+	// controller sets it, a submission cannot.
+	SubmittedBy string `json:"submitted_by,omitempty"`
+	TraceID     string `json:"trace_id,omitempty"`
 	// TraceParent is the W3C traceparent of the request that submitted the
 	// job; the controller that runs it continues that trace.
 	TraceParent string    `json:"trace_parent,omitempty"`

@@ -29,7 +29,11 @@ func controllerCommand(g *globals, o *controllerOptions) *cobra.Command {
 		Short: "Run a controller: embedded NATS JetStream, scheduler and HTTP API",
 		Long: `Run a controller. Settings come from the defaults, then the --config YAML
 file, then the flags given on the command line, each overriding the one
-before. The controller stops on SIGINT or SIGTERM.`,
+before. The controller stops on SIGINT or SIGTERM.
+
+Every API route but /healthz and /readyz wants a bearer token. At its first
+start the controller writes an admin token to DATA_DIR/admin-token (mode
+0600) and reuses it after; "grid token create" makes more.`,
 		Example: `  grid controller --data-dir /var/lib/grid
   grid controller --config /etc/grid/controller.yaml --api-addr 0.0.0.0:8765
   grid controller --name c1 --cluster-name grid --cluster-addr 0.0.0.0:6222 \

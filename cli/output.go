@@ -160,6 +160,9 @@ func writeJobTable(w io.Writer, j *api.Job, now time.Time) error {
 	}
 	_, _ = fmt.Fprintf(tw, "nodes:\t%d\n", len(j.Expected))
 	_, _ = fmt.Fprintf(tw, "steps:\t%d\n", len(steps))
+	if j.SubmittedBy != "" {
+		_, _ = fmt.Fprintf(tw, "submitted by:\t%s\n", j.SubmittedBy)
+	}
 	if !j.CreatedAt.IsZero() {
 		_, _ = fmt.Fprintf(tw, "created:\t%s\n", j.CreatedAt.Local().Format(time.RFC3339))
 		_, _ = fmt.Fprintf(tw, "duration:\t%s\n", fmtDuration(jobElapsed(j, now)))

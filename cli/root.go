@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
+	"github.com/gridfleet/terraform-provider-grid/controller"
 )
 
 // Exit codes of the grid binary.
@@ -144,12 +145,14 @@ Started by Terraform, the same binary serves the Terraform provider.`,
 		newNodeCommand(g),
 		newStatusCommand(g),
 		newBackendsCommand(g),
+		newTokenCommand(g),
 		newVersionCommand(g),
-		newControllerCommand(g),
-		newAgentCommand(g),
-		newDevCommand(g),
+		serverCommand(newControllerCommand(g), "The controller writes its admin token to DATA_DIR/"+controller.AdminTokenFile+
+			" at first start; make more with \"grid token create\"."),
+		serverCommand(newAgentCommand(g), "An agent talks to NATS (--nats), not to the API."),
+		serverCommand(newDevCommand(g), "grid dev prints the GRID_ADDR and GRID_TOKEN to use with it."),
 		newBenchCommand(g),
-		newProviderCommand(g),
+		serverCommand(newProviderCommand(g), "Terraform configures the provider (address, token) or it reads GRID_ADDR and GRID_TOKEN."),
 	)
 	return root
 }

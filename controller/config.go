@@ -70,6 +70,15 @@ type Config struct {
 	ControllerStaleAfter config.Duration `yaml:"controller_stale_after"`
 	// MaxBodyBytes caps request bodies; larger ones get 413.
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+	// Allow is the controller's own policy of submittable actions: entries
+	// "backend", "backend.action" or "*". Empty accepts every action that
+	// online nodes offer (each agent still applies its own allow list).
+	// Anything else is refused with 403 naming the action.
+	Allow []string `yaml:"allow"`
+	// DangerousRoles are the token roles that may submit actions marked
+	// dangerous (apt remove, systemd stop, ...) other than in check mode.
+	// Default: admin. Empty: nobody.
+	DangerousRoles []api.Role `yaml:"dangerous_roles"`
 	// DebugAddr, when set, serves the Go profiler (/debug/pprof/) and the
 	// runtime's memory classes (/debug/memory) on this host:port. Off by
 	// default: profiles show the process's internals to whoever connects.
@@ -108,6 +117,7 @@ func DefaultConfig() Config {
 		HeartbeatInterval:    config.Duration(5 * time.Second),
 		ControllerStaleAfter: config.Duration(15 * time.Second),
 		MaxBodyBytes:         api.MaxJobFileBytes,
+		DangerousRoles:       []api.Role{api.RoleAdmin},
 		MemoryLimit:          DefaultMemoryLimit,
 	}
 }
@@ -163,6 +173,15 @@ func (c Config) Validate() error {
 	}
 	if c.MemoryLimit < 0 || (c.MemoryLimit > 0 && c.MemoryLimit < minMemoryLimit) {
 		errs = append(errs, fmt.Errorf("memory_limit must be 0 (none) or at least %s, got %s", ByteSize(minMemoryLimit), c.MemoryLimit))
+	}
+	if _, err := parseAllow(c.Allow); err != nil {
+		errs = append(errs, fmt.Errorf("allow: %w", err))
+	}
+	for i, r := range c.DangerousRoles {
+		if !r.Valid() {
+			_, err := api.ParseRole(string(r))
+			errs = append(errs, fmt.Errorf("dangerous_roles[%d]: %w", i, err))
+		}
 	}
 	if c.MaxBodyBytes < 1024 {
 		errs = append(errs, fmt.Errorf("max_body_bytes must be at least 1024, got %d", c.MaxBodyBytes))

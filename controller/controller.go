@@ -22,6 +22,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
+	"github.com/gridfleet/terraform-provider-grid/backends"
 	"github.com/gridfleet/terraform-provider-grid/internal/bus"
 	"github.com/gridfleet/terraform-provider-grid/internal/telemetry"
 )
@@ -37,6 +38,12 @@ type Controller struct {
 	js   jetstream.JetStream
 	reg  *registry
 	jobs *jobStore
+	// tokens are the API tokens; adminToken is the one in the data dir.
+	tokens     *tokenStore
+	adminToken string
+	// allow is the controller's allow list of submittable actions; nil
+	// allows every action online nodes offer.
+	allow *backends.Allowlist
 
 	httpSrv  *http.Server
 	debugSrv *http.Server
@@ -81,6 +88,8 @@ func New(cfg Config) (*Controller, error) {
 		tracer: telemetry.Tracer(cfg.TracerProvider)}
 	c.metrics = newMetrics(c)
 	c.livePeers.Store(-1)
+	// Validate has checked the entries.
+	c.allow, _ = parseAllow(cfg.Allow)
 	return c, nil
 }
 
@@ -187,6 +196,19 @@ func (c *Controller) Start(ctx context.Context) error {
 	if err := c.reg.watch(runCtx, c.nc, nodesKV); err != nil {
 		stopRuns()
 		return fail(fmt.Errorf("watch nodes: %w", err))
+	}
+	tokensKV, err := c.js.KeyValue(setupCtx, api.BucketTokens)
+	if err != nil {
+		stopRuns()
+		return fail(err)
+	}
+	if c.tokens, err = openTokens(runCtx, tokensKV, c.log); err != nil {
+		stopRuns()
+		return fail(err)
+	}
+	if c.adminToken, err = c.ensureAdminToken(setupCtx); err != nil {
+		stopRuns()
+		return fail(err)
 	}
 	if err := c.consumeResults(runCtx); err != nil {
 		stopRuns()

@@ -344,7 +344,7 @@ func TestRejectsBadJobs(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			resp, err := http.Post(f.APIURL()+"/job", "application/json", bytes.NewBufferString(tc.body))
+			resp, err := postJob(f, tc.body)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -535,4 +535,15 @@ func TestStatusAndBackends(t *testing.T) {
 		n, err := f.Client().GetNode(ctx, "node-2")
 		return err == nil && n.Status == api.NodeOffline
 	})
+}
+
+// postJob sends a raw POST /job with the fleet's admin token.
+func postJob(f *fleet.Fleet, body string) (*http.Response, error) {
+	req, err := http.NewRequest(http.MethodPost, f.APIURL()+"/job", bytes.NewBufferString(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+f.AdminToken())
+	return http.DefaultClient.Do(req)
 }

@@ -16,23 +16,39 @@ import (
 	"github.com/gridfleet/terraform-provider-grid/api"
 )
 
+// apiRoutes is the API: every route with the weakest role that may call it
+// (see api.Role). A new route is one line here, with its role.
+func (c *Controller) apiRoutes() []route {
+	h := func(f http.HandlerFunc) http.Handler { return f }
+	return []route{
+		{"POST /job", api.RoleOperator, h(c.handleSubmit)},
+		{"GET /job/{id}", api.RoleRead, h(c.handleGetJob)},
+		{"POST /job/{id}/cancel", api.RoleOperator, h(c.handleCancel)},
+		{"GET /jobs", api.RoleRead, h(c.handleListJobs)},
+		{"GET /nodes", api.RoleRead, h(c.handleListNodes)},
+		{"GET /node/{id}", api.RoleRead, h(c.handleGetNode)},
+		{"GET /status", api.RoleRead, h(c.handleStatus)},
+		{"GET /controllers", api.RoleRead, h(c.handleControllers)},
+		{"GET /backends", api.RoleRead, h(c.handleBackends)},
+		{"POST /token", api.RoleAdmin, h(c.handleCreateToken)},
+		{"GET /tokens", api.RoleAdmin, h(c.handleListTokens)},
+		{"DELETE /token/{name}", api.RoleAdmin, h(c.handleRevokeToken)},
+		// Any token may scrape; a metrics-role token may do nothing else.
+		{"GET /metrics", api.RoleMetrics, c.metrics.handler()},
+		{"GET /healthz", public, h(c.handleHealthz)},
+		{"GET /readyz", public, h(c.handleReadyz)},
+		// Anything else is 404, to callers with a token.
+		{"/", api.RoleMetrics, h(func(w http.ResponseWriter, r *http.Request) {
+			writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path))
+		})},
+	}
+}
+
 func (c *Controller) routes() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /job", c.handleSubmit)
-	mux.HandleFunc("GET /job/{id}", c.handleGetJob)
-	mux.HandleFunc("POST /job/{id}/cancel", c.handleCancel)
-	mux.HandleFunc("GET /jobs", c.handleListJobs)
-	mux.HandleFunc("GET /nodes", c.handleListNodes)
-	mux.HandleFunc("GET /node/{id}", c.handleGetNode)
-	mux.HandleFunc("GET /status", c.handleStatus)
-	mux.HandleFunc("GET /controllers", c.handleControllers)
-	mux.HandleFunc("GET /backends", c.handleBackends)
-	mux.HandleFunc("GET /healthz", c.handleHealthz)
-	mux.HandleFunc("GET /readyz", c.handleReadyz)
-	mux.Handle("GET /metrics", c.metrics.handler())
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path))
-	})
+	for _, rt := range c.apiRoutes() {
+		mux.Handle(rt.pattern, c.authorize(rt))
+	}
 	return mux
 }
 
@@ -65,8 +81,14 @@ func (c *Controller) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	job := spec.Job()
-	if err := c.catalog().ValidateJob(job); err != nil {
+	cat := c.catalog()
+	if err := cat.ValidateJob(job); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	by := principalFrom(r.Context())
+	if err := c.checkPolicy(cat, job, by); err != nil {
+		writeError(w, http.StatusForbidden, err.Error())
 		return
 	}
 	pending, err := c.pendingCount(r.Context(), c.cfg.MaxPending)
@@ -83,6 +105,7 @@ func (c *Controller) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	now := time.Now().UTC()
 	job.ID = newJobID()
 	job.Status = api.JobPending
+	job.SubmittedBy = by.Name
 	job.Expected = []string{}
 	job.CreatedAt, job.UpdatedAt = now, now
 	if job.Strategy == "" {
@@ -119,7 +142,7 @@ func (c *Controller) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.metrics.jobsSubmitted.Inc()
-	jobLogger(c.log, job).Info("job submitted", "target", job.Target.String(), "steps", api.LeafCount(job.Tasks))
+	jobLogger(c.log, job).Info("job submitted", "by", by.Name, "target", job.Target.String(), "steps", api.LeafCount(job.Tasks))
 	writeJSON(w, http.StatusAccepted, job)
 }
 
@@ -347,7 +370,7 @@ func (c *Controller) handleCancel(w http.ResponseWriter, r *http.Request) {
 			j = cur
 		}
 	}
-	c.log.Info("job cancel requested", "job", id, "status", j.Status)
+	c.log.Info("job cancel requested", "job", id, "status", j.Status, "by", principalFrom(r.Context()).Name)
 	writeJSON(w, http.StatusAccepted, j)
 }
 

@@ -25,6 +25,7 @@ type metrics struct {
 	taskResults       *prometheus.CounterVec
 	retries           *prometheus.CounterVec
 	heartbeats        prometheus.Counter
+	apiRefused        *prometheus.CounterVec
 }
 
 func newMetrics(c *Controller) *metrics {
@@ -69,9 +70,13 @@ func newMetrics(c *Controller) *metrics {
 			Name: "grid_node_heartbeats_total",
 			Help: "Node registrations and heartbeats seen in the nodes bucket.",
 		}),
+		apiRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "grid_api_refused_total",
+			Help: "API calls refused for their token: Unauthorized (missing, unknown or revoked) or Forbidden (role too weak).",
+		}, []string{"reason"}),
 	}
 	m.reg.MustRegister(m.jobsSubmitted, m.jobsFinished, m.admissionRejected, m.jobDuration,
-		m.stepDuration, m.firstResult, m.taskResults, m.retries, m.heartbeats,
+		m.stepDuration, m.firstResult, m.taskResults, m.retries, m.heartbeats, m.apiRefused,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "grid_jobs_running",
 			Help: "Jobs this controller is running.",

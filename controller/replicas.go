@@ -45,10 +45,11 @@ func (c *Controller) logReplicas(n int, chosen bool) {
 // the stream behind each (a KV bucket is the stream KV_<bucket>).
 func topologyStreams() []api.StreamHealth {
 	var out []api.StreamHealth
-	for _, s := range []string{api.StreamRequests, api.StreamCommands, api.StreamResults} {
+	streams, buckets := bus.DefaultTopology().Names()
+	for _, s := range streams {
 		out = append(out, api.StreamHealth{Name: s, Stream: s})
 	}
-	for _, b := range []string{api.BucketJobs, api.BucketNodes, api.BucketControllers, api.BucketSchemas} {
+	for _, b := range buckets {
 		out = append(out, api.StreamHealth{Name: b, Bucket: true, Stream: bus.KVStream(b)})
 	}
 	return out

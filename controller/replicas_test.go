@@ -185,7 +185,7 @@ func TestClusterReplicasDefaultRaisesAndWarns(t *testing.T) {
 		t.Error("no log of the raised replicas")
 	}
 
-	cl, err := api.NewClient(api.ClientConfig{Address: first.ctl.APIURL()})
+	cl, err := api.NewClient(api.ClientConfig{Address: first.ctl.APIURL(), Token: first.ctl.AdminToken()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,7 +220,7 @@ func TestClusterReplicasDefaultRaisesAndWarns(t *testing.T) {
 			t.Errorf("grid_jetstream_stream_leaderless{stream=%q} = %v, want 0", s, m)
 		}
 	}
-	scrape(t, first.ctl.APIURL())
+	scrape(t, first.ctl.APIURL(), first.ctl.AdminToken())
 
 	// A chosen count never lowers: c2 back with a route to c1 only (c3
 	// routes to it) chooses 2 and leaves the streams at 3.

@@ -146,6 +146,7 @@ func (t Topology) configs() ([]jetstream.StreamConfig, []jetstream.KeyValueConfi
 		{Bucket: api.BucketNodes, Description: "node registration and health", History: 1, Replicas: t.Replicas, Storage: jetstream.FileStorage},
 		{Bucket: api.BucketControllers, Description: "controller registration and heartbeat", History: 1, Replicas: t.Replicas, Storage: jetstream.FileStorage},
 		{Bucket: api.BucketSchemas, Description: "backend schema sets by digest", History: 1, Replicas: t.Replicas, Storage: jetstream.FileStorage},
+		{Bucket: api.BucketTokens, Description: "API tokens by name (SHA-256 of the token, role)", History: 1, Replicas: t.Replicas, Storage: jetstream.FileStorage},
 	}
 	return streams, buckets
 }
@@ -168,6 +169,19 @@ func WaitForBucket(ctx context.Context, js jetstream.JetStream, name string) (je
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
+}
+
+// Names lists the topology's streams and buckets (by bucket name), in the
+// order they are created.
+func (t Topology) Names() (streams, buckets []string) {
+	ss, bs := t.configs()
+	for _, s := range ss {
+		streams = append(streams, s.Name)
+	}
+	for _, b := range bs {
+		buckets = append(buckets, b.Bucket)
+	}
+	return streams, buckets
 }
 
 // KVStream is the name of the stream that holds a KV bucket.

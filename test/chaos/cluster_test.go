@@ -41,7 +41,7 @@ func TestClusterSurvivesControllerKill(t *testing.T) {
 	clients := make([]*api.Client, len(specs))
 	for i, s := range specs {
 		urls[i] = s.natsURL()
-		clients[i] = client(t, s.apiURL())
+		clients[i] = client(t, s)
 	}
 	var agents []*proc
 	var names []string

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
+	"github.com/gridfleet/terraform-provider-grid/controller"
 )
 
 // gridBin is the binary under test; empty when the chaos tests are off.
@@ -277,9 +278,15 @@ func startAgent(t *testing.T, dir, name string, groups []string, urls []string, 
 	return startProc(t, dir, name, "agent", "--config", path, "--log-format", "json")
 }
 
-func client(t *testing.T, url string) *api.Client {
+// client is an API client of the controller s, with the admin token it
+// wrote to its data dir at first start.
+func client(t *testing.T, s *ctlSpec) *api.Client {
 	t.Helper()
-	cl, err := api.NewClient(api.ClientConfig{Address: url, Timeout: 10 * time.Second})
+	tok, err := os.ReadFile(filepath.Join(s.dataDir, controller.AdminTokenFile))
+	if err != nil {
+		t.Fatalf("admin token of %s: %v", s.name, err)
+	}
+	cl, err := api.NewClient(api.ClientConfig{Address: s.apiURL(), Token: strings.TrimSpace(string(tok)), Timeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,7 @@ func oneController(t *testing.T, dir string, spec func(*ctlSpec), agents ...stri
 	}
 	c := startController(t, dir, s)
 	waitReady(t, s.apiURL(), 60*time.Second)
-	cl := client(t, s.apiURL())
+	cl := client(t, s)
 	procs := map[string]*proc{}
 	for _, name := range agents {
 		procs[name] = startAgent(t, dir, name, []string{"web"}, []string{s.natsURL()}, "1s")
