@@ -102,8 +102,13 @@ func startCluster(t *testing.T, members []*clusterMember) {
 }
 
 // allStreams are the streams behind GRID's streams and buckets.
-var allStreams = []string{api.StreamRequests, api.StreamCommands, api.StreamResults,
-	bus.KVStream(api.BucketJobs), bus.KVStream(api.BucketNodes), bus.KVStream(api.BucketControllers), bus.KVStream(api.BucketSchemas)}
+var allStreams = func() []string {
+	streams, buckets := bus.DefaultTopology().Names()
+	for _, b := range buckets {
+		streams = append(streams, bus.KVStream(b))
+	}
+	return streams
+}()
 
 // streamReplicas reads each stream's configured replicas through url.
 func streamReplicas(t *testing.T, url string) map[string]int {
