@@ -91,6 +91,13 @@ type Agent struct {
 	taskCancel context.CancelCauseFunc
 	// stopCh closes when shutdown begins, so queued tasks give up.
 	stopCh chan struct{}
+	// pubCtx bounds the retries of final results; cancelled once shutdown
+	// has given tasks their time, or at a kill, so no publish outlives the
+	// connection.
+	pubCtx    context.Context
+	pubCancel context.CancelFunc
+	// resends counts resendFinal goroutines; shutdown waits for them.
+	resends sync.WaitGroup
 
 	hbCancel context.CancelFunc
 	hbDone   chan struct{}
@@ -160,6 +167,7 @@ func New(cfg Config) (*Agent, error) {
 		backendNames = append(backendNames, s.Name)
 	}
 	taskCtx, taskCancel := context.WithCancelCause(context.Background())
+	pubCtx, pubCancel := context.WithCancel(context.Background())
 	a := &Agent{
 		cfg:        cfg,
 		id:         cfg.Name,
@@ -175,6 +183,8 @@ func New(cfg Config) (*Agent, error) {
 		slots:      make(chan struct{}, cfg.MaxConcurrent),
 		taskCtx:    taskCtx,
 		taskCancel: taskCancel,
+		pubCtx:     pubCtx,
+		pubCancel:  pubCancel,
 		stopCh:     make(chan struct{}),
 		hbDone:     make(chan struct{}),
 		killCh:     make(chan struct{}),
@@ -226,6 +236,7 @@ func (a *Agent) Start(ctx context.Context) error {
 	if err := a.start(ctx); err != nil {
 		a.stopHTTP()
 		a.taskCancel(err)
+		a.pubCancel()
 		if a.nc != nil {
 			a.nc.Close()
 		}
@@ -451,6 +462,9 @@ func (a *Agent) shutdown() {
 		}
 	}
 	a.taskCancel(errShutdown)
+	// Tasks had their time to publish; stop whatever still retries.
+	a.pubCancel()
+	a.resends.Wait()
 	a.hbCancel()
 	<-a.hbDone
 	// The heartbeat has stopped, so nothing re-puts "online" after this.
@@ -481,10 +495,12 @@ func (a *Agent) crash() {
 	a.log.Warn("agent killed")
 	a.beginStop()
 	a.taskCancel(errKilled)
+	a.pubCancel()
 	a.hbCancel()
 	<-a.hbDone
 	// Final publishes fail at once on the closed connection.
 	a.waitTasks(10 * time.Second)
+	a.resends.Wait()
 }
 
 // onCommand runs on the subscription's goroutine, so it only decides and
@@ -522,6 +538,10 @@ func (a *Agent) onCommand(msg *nats.Msg) {
 	}
 	if a.seen.has(key, now) {
 		f, done := a.finals.get(key, now)
+		if done {
+			// Counted under mu while not stopping, so shutdown waits for it.
+			a.resends.Add(1)
+		}
 		a.mu.Unlock()
 		a.stats.duplicates.Add(1)
 		if done {

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
+	"github.com/gridfleet/terraform-provider-grid/internal/retry"
 )
 
 // schedulerConsumer is the durable consumer on the requests stream that
@@ -57,7 +58,7 @@ func (c *Controller) schedule(ctx context.Context) {
 			}
 			if ctx.Err() == nil && !errors.Is(err, jetstream.ErrNoMessages) {
 				c.log.Warn("fetch requests", "err", err)
-				time.Sleep(250 * time.Millisecond)
+				_ = retry.Sleep(ctx, 250*time.Millisecond)
 			}
 			continue
 		}
