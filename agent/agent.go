@@ -24,6 +24,7 @@ import (
 	"github.com/gridfleet/terraform-provider-grid/backends"
 	"github.com/gridfleet/terraform-provider-grid/backends/builtin"
 	"github.com/gridfleet/terraform-provider-grid/internal/bus"
+	"github.com/gridfleet/terraform-provider-grid/internal/config"
 )
 
 const (
@@ -128,10 +129,7 @@ func New(cfg Config) (*Agent, error) {
 	}
 	cfg.Groups = slices.Clone(cfg.Groups)
 	cfg.NATSURLs = slices.Clone(cfg.NATSURLs)
-	log := cfg.Logger
-	if log == nil {
-		log = slog.Default()
-	}
+	log := config.Logger(cfg.Logger)
 	if cfg.Sandbox != "" {
 		if err := os.MkdirAll(cfg.Sandbox, 0o750); err != nil {
 			return nil, fmt.Errorf("agent: sandbox: %w", err)
