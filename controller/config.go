@@ -93,7 +93,8 @@ type Config struct {
 	// with either set, the runtime's own settings are left alone.
 	MemoryLimit ByteSize `yaml:"memory_limit"`
 
-	// Logger receives the controller's logs; nil logs nothing.
+	// Logger receives the controller's logs; nil logs nothing (as everywhere
+	// in GRID: internal/config.Logger).
 	Logger *slog.Logger `yaml:"-"`
 	// TracerProvider makes the controller's spans; nil means the global
 	// provider (a no-op unless the process set one up).
@@ -122,9 +123,11 @@ func DefaultConfig() Config {
 	}
 }
 
-// LoadConfig reads a YAML config file over the values already in into.
+// LoadConfig reads the YAML file at path into into, overriding only the keys
+// the file sets (start from DefaultConfig). Unknown keys are errors. The
+// result is not validated.
 func LoadConfig(path string, into *Config) error {
-	return config.LoadYAML(path, into)
+	return config.Load(path, "config", into)
 }
 
 // Validate checks the config and says what to fix.
@@ -189,12 +192,7 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-func (c Config) logger() *slog.Logger {
-	if c.Logger != nil {
-		return c.Logger
-	}
-	return slog.New(slog.DiscardHandler)
-}
+func (c Config) logger() *slog.Logger { return config.Logger(c.Logger) }
 
 // controllerID returns the configured name, or one kept in the data dir so
 // that a restarted controller is the same controller.

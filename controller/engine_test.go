@@ -15,6 +15,7 @@ import (
 	"github.com/gridfleet/terraform-provider-grid/controller"
 	"github.com/gridfleet/terraform-provider-grid/internal/fleet"
 	"github.com/gridfleet/terraform-provider-grid/internal/fleet/fleettest"
+	"github.com/gridfleet/terraform-provider-grid/internal/testwait"
 )
 
 func submit(t *testing.T, f *fleet.Fleet, yaml string) *api.Job {
@@ -44,13 +45,7 @@ func wait(t *testing.T, f *fleet.Fleet, id string) *api.Job {
 // waitFor polls until cond holds or the deadline passes.
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testwait.Until(t, d, 20*time.Millisecond, what, cond)
 }
 
 func nodeStatus(j *api.Job, step int, node string) string {

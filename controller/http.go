@@ -208,13 +208,8 @@ func (c *Controller) handleGetJob(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	j, err := c.currentJob(r.Context(), id)
-	if errors.Is(err, api.ErrNotFound) {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("job %s not found", id))
-		return
-	}
-	if err != nil {
-		writeError(w, http.StatusServiceUnavailable, err.Error())
+	j, ok := c.jobOrError(w, r, id)
+	if !ok {
 		return
 	}
 	writeJSON(w, http.StatusOK, j)
@@ -325,15 +320,25 @@ func decodeJobHead(data []byte) jobHeadFields {
 	return h
 }
 
-func (c *Controller) handleCancel(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
+// jobOrError reads job id for a handler. When it cannot, it answers 404
+// (no such job) or 503 (the store did not answer) and returns false.
+func (c *Controller) jobOrError(w http.ResponseWriter, r *http.Request, id string) (*api.Job, bool) {
 	j, err := c.currentJob(r.Context(), id)
 	if errors.Is(err, api.ErrNotFound) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("job %s not found", id))
-		return
+		return nil, false
 	}
 	if err != nil {
 		writeError(w, http.StatusServiceUnavailable, err.Error())
+		return nil, false
+	}
+	return j, true
+}
+
+func (c *Controller) handleCancel(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	j, ok := c.jobOrError(w, r, id)
+	if !ok {
 		return
 	}
 	if j.Status.Terminal() {
@@ -341,7 +346,7 @@ func (c *Controller) handleCancel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// A pending job is cancelled in place; the scheduler skips it.
-	j, _, err = c.jobs.mutate(r.Context(), id, func(j *api.Job) bool {
+	j, _, err := c.jobs.mutate(r.Context(), id, func(j *api.Job) bool {
 		if j.Status != api.JobPending {
 			return false
 		}

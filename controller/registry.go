@@ -21,6 +21,10 @@ import (
 // registry is the controller's in-memory view of the nodes bucket, kept
 // current by a KV watch so target resolution never reads KV.
 type registry struct {
+	// loops counts the watch goroutine; the controller waits for it at
+	// shutdown.
+	loops sync.WaitGroup
+
 	log          *slog.Logger
 	offlineAfter time.Duration
 	schemasKV    jetstream.KeyValue
@@ -81,7 +85,7 @@ func (r *registry) watch(ctx context.Context, nc *nats.Conn, kv jetstream.KeyVal
 		return err
 	}
 	ready := make(chan struct{})
-	go func() {
+	r.loops.Go(func() {
 		defer func() { _ = w.Stop() }()
 		initial := true
 		for {
@@ -102,7 +106,7 @@ func (r *registry) watch(ctx context.Context, nc *nats.Conn, kv jetstream.KeyVal
 				r.apply(ctx, e)
 			}
 		}
-	}()
+	})
 	select {
 	case <-ready:
 		return nil

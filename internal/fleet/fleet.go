@@ -237,12 +237,9 @@ func (f *Fleet) Agent(name string) *agent.Agent {
 
 // StopAgent shuts an agent down gracefully and waits for it.
 func (f *Fleet) StopAgent(name string) error {
-	f.mu.Lock()
-	m := f.agents[name]
-	delete(f.agents, name)
-	f.mu.Unlock()
-	if m == nil {
-		return fmt.Errorf("no agent %s", name)
+	m, err := f.takeAgent(name)
+	if err != nil {
+		return err
 	}
 	m.cancel()
 	<-m.agent.Done()
@@ -252,16 +249,25 @@ func (f *Fleet) StopAgent(name string) error {
 // KillAgent drops an agent's connection without deregistering, as a crash
 // would.
 func (f *Fleet) KillAgent(name string) error {
+	m, err := f.takeAgent(name)
+	if err != nil {
+		return err
+	}
+	m.agent.Kill()
+	m.cancel()
+	return nil
+}
+
+// takeAgent removes a running agent from the fleet and returns it.
+func (f *Fleet) takeAgent(name string) (*member, error) {
 	f.mu.Lock()
 	m := f.agents[name]
 	delete(f.agents, name)
 	f.mu.Unlock()
 	if m == nil {
-		return fmt.Errorf("no agent %s", name)
+		return nil, fmt.Errorf("no agent %s", name)
 	}
-	m.agent.Kill()
-	m.cancel()
-	return nil
+	return m, nil
 }
 
 // WaitOnline waits until the controller sees every named node online.

@@ -23,6 +23,7 @@ import (
 
 	"github.com/gridfleet/terraform-provider-grid/api"
 	"github.com/gridfleet/terraform-provider-grid/controller"
+	"github.com/gridfleet/terraform-provider-grid/internal/testwait"
 )
 
 // gridBin is the binary under test; empty when the chaos tests are off.
@@ -331,13 +332,7 @@ func waitNodes(t *testing.T, cl *api.Client, d time.Duration, names ...string) {
 
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testwait.Until(t, d, 100*time.Millisecond, what, cond)
 }
 
 // taskKey is one run of one step on one node.
