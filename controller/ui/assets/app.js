@@ -11,7 +11,7 @@
   // under with "/ui/…" taken off (a proxy may add a prefix).
   const BASE = location.pathname.replace(/\/ui\/.*$/, '');
   const REFRESH_MS = 2000;
-  const GRID_PAGE = 200;
+  const GRID_PAGE = 100;
 
   const $ = (id) => document.getElementById(id);
   const el = (tag, attrs, ...kids) => {
@@ -198,14 +198,14 @@
 
   function fleetView(v) {
     show('fleet', 'Fleet');
-    loadFleet(v, true);
+    loadFleet(v);
   }
 
   function fleetFilters() {
     return { q: $('fleet-q').value.trim(), group: $('fleet-group').value, status: $('fleet-status').value, backend: $('fleet-backend').value };
   }
 
-  async function loadFleet(v, first) {
+  async function loadFleet(v) {
     if (v.stopped) return;
     clearTimeout(v.timer);
     const t0 = performance.now();
@@ -361,6 +361,9 @@
   // stays responsive.
   let jv = null;
 
+  // node-2 before node-10.
+  const byName = new Intl.Collator('en', { numeric: true }).compare;
+
   function flatten(phases) {
     const out = [];
     const walk = (ps) => {
@@ -409,6 +412,7 @@
       for (;;) {
         const { value, done } = await reader.read();
         if (done) break;
+        const t0 = performance.now();
         buf += value;
         let i;
         while ((i = buf.indexOf('\n\n')) >= 0) {
@@ -422,6 +426,7 @@
           }
           if (data.length) onEvent(s, event, JSON.parse(data.join('\n')));
         }
+        busy(t0);
       }
     } catch (e) {
       if (e.name === 'AbortError' || s.v.stopped) return;
@@ -452,7 +457,7 @@
         const row = s.job.results[step] || (s.job.results[step] = {});
         for (const [node, r] of Object.entries(nodes)) {
           row[node] = r;
-          if (!s.nodeSet.has(node)) { s.nodeSet.add(node); s.nodes.push(node); s.relayout = true; }
+          if (!s.nodeSet.has(node)) { s.nodeSet.add(node); s.relayout = true; }
           s.dirty.add(step + '|' + node);
         }
       }
@@ -473,9 +478,10 @@
   function layoutGrid(s) {
     const j = s.job;
     s.steps = flatten(j.tasks);
-    const names = new Set(j.expected || []);
+    const names = new Set(s.nodeSet || []);
+    for (const n of j.expected || []) names.add(n);
     for (const nodes of Object.values(j.results || {})) for (const n of Object.keys(nodes)) names.add(n);
-    s.nodes = Array.from(names).sort();
+    s.nodes = Array.from(names).sort(byName);
     s.nodeSet = names;
     const head = el('tr', null, el('th', { scope: 'col', text: 'Node' }),
       ...s.steps.map((name, i) => el('th', { scope: 'col', text: (i + 1) + '. ' + name })));
@@ -537,8 +543,17 @@
     paintHead(s);
   }
 
+  // busy records the longest the page spent on the stream's events or on
+  // painting them (in the page's data-job-busy-ms): the figure that shows
+  // whether a big job freezes it.
+  function busy(t0) {
+    const ms = performance.now() - t0;
+    if (ms > Number(document.body.dataset.jobBusyMs || 0)) document.body.dataset.jobBusyMs = ms.toFixed(1);
+  }
+
   function paint(s) {
     if (!s.job) return;
+    const t0 = performance.now();
     const res = s.job.results;
     for (const key of s.dirty) {
       const b = s.cells.get(key);
@@ -552,6 +567,7 @@
     if (s.selected && s.dirty.has(s.selected.step + '|' + s.selected.node)) renderCell(s);
     s.dirty.clear();
     paintHead(s);
+    busy(t0);
   }
 
   function paintHead(s) {
