@@ -398,7 +398,7 @@ func TestFleetView10kNodes(t *testing.T) {
 		c.NodeOfflineAfter = config.Duration(10 * time.Minute)
 	}})
 	g := startGate(t, f)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	putNodes(t, ctx, f, total)
 
