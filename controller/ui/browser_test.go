@@ -151,9 +151,9 @@ func snap(t *testing.T, tab context.Context, name string) {
 
 // gate sits between the browser and the controller. It records the
 // Authorization header of every API request and answers for the tokens
-// the API's check would refuse: revokedToken gets 401, and readToken may
-// only GET (403 otherwise), with the messages a controller that checks
-// tokens gives. Everything else reaches the real controller unchanged.
+// the API's check would refuse: revokedToken gets 401, noViewToken 403,
+// and readToken may only GET (403 otherwise), with messages like those a
+// controller that checks tokens gives. Everything else reaches the real controller unchanged.
 type gate struct {
 	srv *httptest.Server
 	mu  sync.Mutex
@@ -165,6 +165,8 @@ const (
 	opsToken     = "ops-token"
 	readToken    = "read-token"
 	revokedToken = "revoked-token"
+	// noViewToken is valid but its role may not even read (403 on GET).
+	noViewToken = "no-view-token"
 )
 
 func startGate(t *testing.T, f *fleet.Fleet) *gate {
@@ -190,6 +192,9 @@ func startGate(t *testing.T, f *fleet.Fleet) *gate {
 			switch {
 			case a == "Bearer "+revokedToken:
 				deny(http.StatusUnauthorized, "unknown or revoked token")
+				return
+			case a == "Bearer "+noViewToken:
+				deny(http.StatusForbidden, `token "metrics" has role scrape; `+r.Method+" "+r.URL.Path+" needs read")
 				return
 			case a == "Bearer "+readToken && r.Method != http.MethodGet:
 				deny(http.StatusForbidden, `token "viewer" has role read; `+r.Method+" "+r.URL.Path+" needs operator")
@@ -243,6 +248,13 @@ func TestDashboardInBrowser(t *testing.T) {
 		waitJS(t, tab, 10*time.Second, "the refusal", `document.getElementById('signin-msg').textContent.includes('unknown or revoked token')`)
 		if h := eval[string](t, tab, `location.hash`); h != "#/signin" {
 			t.Errorf("after a refused token the page is %s", h)
+		}
+
+		// A token whose role may not view: the same, with the 403's message.
+		signIn(t, tab, base, noViewToken)
+		waitJS(t, tab, 10*time.Second, "the 403", `document.getElementById('signin-msg').textContent.includes('Not allowed') && document.getElementById('signin-msg').textContent.includes('needs read')`)
+		if tok := eval[*string](t, tab, `sessionStorage.getItem('grid.token')`); tok != nil {
+			t.Errorf("a refused token is kept: %q", *tok)
 		}
 
 		before := len(g.requests())
