@@ -78,15 +78,17 @@ func (c *Controller) handleFleet(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("status %q must be %s or %s", status, api.NodeOnline, api.NodeOffline))
 		return
 	}
-	writeJSON(w, http.StatusOK, fleetPage(c.reg.list(false), fleetFilter{
+	writeJSON(w, http.StatusOK, c.reg.fleetPage(fleetFilter{
 		q: strings.ToLower(strings.TrimSpace(q.Get("q"))), group: q.Get("group"), status: status, backend: q.Get("backend"),
 	}, limit, offset))
 }
 
 type fleetFilter struct{ q, group, status, backend string }
 
-func (f fleetFilter) match(n *api.NodeInfo) bool {
-	if f.status != "" && n.Status != f.status {
+// match reports whether the filter selects a node whose status (as the
+// API shows it) is status.
+func (f fleetFilter) match(n *api.NodeInfo, status string) bool {
+	if f.status != "" && status != f.status {
 		return false
 	}
 	if f.group != "" && !(api.Target{Scope: api.ScopeGroup, Value: f.group}).Matches(n.ID, n.Groups) {
@@ -105,18 +107,25 @@ func (f fleetFilter) match(n *api.NodeInfo) bool {
 	return slices.ContainsFunc(n.Groups, has) || slices.ContainsFunc(n.Backends, has)
 }
 
-// fleetPage pages and tallies nodes (sorted by id, as registry.list gives
-// them).
-func fleetPage(nodes []api.NodeInfo, f fleetFilter, limit, offset int) api.FleetPage {
-	p := api.FleetPage{Total: len(nodes), Offset: offset, Limit: limit, Nodes: []api.NodeInfo{}, Time: time.Now().UTC()}
+// fleetPage pages and tallies the registry in one pass under its read
+// lock, copying only the page's nodes: a request over 10,000 nodes
+// allocates a page, not a fleet.
+func (r *registry) fleetPage(f fleetFilter, limit, offset int) api.FleetPage {
+	now := time.Now()
+	p := api.FleetPage{Offset: offset, Limit: limit, Nodes: []api.NodeInfo{}, Time: now.UTC()}
 	groups := map[string]*api.GroupCount{}
 	backends, versions := map[string]int{}, map[string]int{}
 	seen := map[string]bool{}
-	for i := range nodes {
-		n := &nodes[i]
-		online := n.Status == api.NodeOnline
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	p.Total = len(r.nodes)
+	matched := make([]*api.NodeInfo, 0, len(r.nodes))
+	for _, n := range r.nodes {
+		online := r.isOnline(n, now)
+		status := api.NodeOffline
 		if online {
 			p.Online++
+			status = api.NodeOnline
 		} else {
 			p.Offline++
 		}
@@ -150,13 +159,16 @@ func fleetPage(nodes []api.NodeInfo, f fleetFilter, limit, offset int) api.Fleet
 			backends[b]++
 		}
 		versions[n.Version]++
-		if !f.match(n) {
-			continue
+		if f.match(n, status) {
+			matched = append(matched, n)
 		}
-		if p.Matched >= offset && len(p.Nodes) < limit {
-			p.Nodes = append(p.Nodes, *n)
+	}
+	p.Matched = len(matched)
+	if offset < len(matched) {
+		sort.Slice(matched, func(i, j int) bool { return matched[i].ID < matched[j].ID })
+		for _, n := range matched[offset:min(offset+limit, len(matched))] {
+			p.Nodes = append(p.Nodes, r.view(n, now, false))
 		}
-		p.Matched++
 	}
 	p.Groups = make([]api.GroupCount, 0, len(groups))
 	for _, g := range groups {
