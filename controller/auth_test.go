@@ -88,7 +88,7 @@ func TestEveryRouteNeedsTokenAndRole(t *testing.T) {
 		if !ok {
 			method, path = http.MethodGet, "/no-such-endpoint"
 		}
-		path = strings.NewReplacer("{id}", "job-nosuch", "{name}", "nosuch").Replace(path)
+		path = strings.NewReplacer("{id}", "job-nosuch", "{name}", "nosuch", "{$}", "").Replace(path)
 		t.Run(rt.Pattern, func(t *testing.T) {
 			code, msg := rawCall(t, f.APIURL(), method, path, "", nil)
 			if rt.Role == "" {

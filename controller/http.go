@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
+	"github.com/gridfleet/terraform-provider-grid/controller/ui"
 )
 
 // apiRoutes is the API: every route with the weakest role that may call it
@@ -33,6 +34,13 @@ func (c *Controller) apiRoutes() []route {
 		{"POST /token", api.RoleAdmin, h(c.handleCreateToken)},
 		{"GET /tokens", api.RoleAdmin, h(c.handleListTokens)},
 		{"DELETE /token/{name}", api.RoleAdmin, h(c.handleRevokeToken)},
+		// The dashboard: its files hold no data and load without a token
+		// (the sign-in page is one of them); its data routes need read.
+		{"GET /ui/", public, ui.Handler("/ui/")},
+		{"GET /{$}", public, http.RedirectHandler("/ui/", http.StatusFound)},
+		{"GET /fleet", api.RoleRead, h(c.handleFleet)},
+		{"GET /jobs/page", api.RoleRead, h(c.handleJobPage)},
+		{"GET /job/{id}/events", api.RoleRead, h(c.handleJobEvents)},
 		// Any token may scrape; a metrics-role token may do nothing else.
 		{"GET /metrics", api.RoleMetrics, c.metrics.handler()},
 		{"GET /healthz", public, h(c.handleHealthz)},
