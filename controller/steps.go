@@ -26,201 +26,260 @@ type nodeRun struct {
 	offlineAt time.Time
 }
 
-// runSteps drives nodes through steps, the seed's barrier step (one leaf,
-// broadcast) and pipeline (several leaves, each node advancing on its own
-// results) in one state machine. entryFailed is whether an earlier step of
-// the job failed, for conditions inside a pipeline. It returns the nodes
-// that failed.
+// stepGroup drives nodes through one group of steps: the seed's barrier
+// step (one leaf, broadcast) or a pipeline (several leaves, each node
+// advancing on its own results), in one state machine. It is owned by the
+// run's goroutine; its methods are the machine's transitions.
+type stepGroup struct {
+	r     *run
+	steps []api.FlatStep
+	// nodes is the order nodes start in.
+	nodes []string
+	nr    map[string]*nodeRun
+	// byIndex maps a flat step index to its position in steps.
+	byIndex map[int]int
+	// entryFailed is whether an earlier step of the job failed, for
+	// conditions inside a pipeline.
+	entryFailed bool
+	barrier     bool
+	tk          *stepTrace
+	// remaining counts nodes not yet past the last step.
+	remaining int
+}
+
+// newStepGroup prepares a group; run starts it.
+func (r *run) newStepGroup(steps []api.FlatStep, nodes []string, entryFailed, barrier bool) *stepGroup {
+	g := &stepGroup{
+		r: r, steps: steps, nodes: nodes, nr: make(map[string]*nodeRun, len(nodes)),
+		byIndex: make(map[int]int, len(steps)), entryFailed: entryFailed, barrier: barrier,
+		remaining: len(nodes),
+	}
+	for _, id := range nodes {
+		g.nr[id] = &nodeRun{id: id}
+	}
+	for i, s := range steps {
+		g.byIndex[s.Index] = i
+	}
+	return g
+}
+
+// runSteps drives nodes through steps and returns the nodes that failed.
 func (r *run) runSteps(steps []api.FlatStep, nodes []string, entryFailed, barrier bool) map[string]bool {
-	nr := make(map[string]*nodeRun, len(nodes))
-	for _, id := range nodes {
-		nr[id] = &nodeRun{id: id}
-	}
-	tk := r.newStepTrace(steps, len(nodes))
-	defer tk.close()
-	remaining := len(nodes)
-	finish := func(n *nodeRun) {
-		tk.move(n, len(steps))
-		n.waiting = false
-		remaining--
-	}
+	return r.newStepGroup(steps, nodes, entryFailed, barrier).run()
+}
 
-	// advance moves a node to its next runnable step (recording skips and
-	// steps that already have a final result, which is how a recovered job
-	// resumes) and returns whether it has one.
-	advance := func(n *nodeRun) bool {
-		for n.cursor < len(steps) {
-			s := steps[n.cursor]
-			if prior := r.nodeResult(s.Index, n.id); prior != nil && api.StepTerminal(prior.Status) {
-				if prior.Status == api.StepFailed {
-					n.failed = true
-				}
-				tk.move(n, n.cursor+1)
-				continue
-			}
-			if reason, skip := skipInPipeline(s.Task.Condition, entryFailed, n.failed, barrier); skip {
-				r.setNodeResult(s.Index, n.id, func(nr *api.NodeResult) {
-					nr.Status = api.StepSkipped
-					nr.Output = reason
-					nr.Events = append(nr.Events, api.Event{Status: api.StepSkipped, Time: time.Now().UTC(), Message: reason})
-				})
-				tk.move(n, n.cursor+1)
-				continue
-			}
-			return true
-		}
-		return false
-	}
-
-	// Start every node. A barrier step whose nodes are all at the same step
-	// goes out as one broadcast.
-	var toDispatch []*nodeRun
-	for _, id := range nodes {
-		n := nr[id]
-		if advance(n) {
-			toDispatch = append(toDispatch, n)
-		} else {
-			finish(n)
-		}
-	}
-	if barrier && len(toDispatch) > 0 {
-		r.dispatchMany(steps[0], toDispatch, 1)
-	} else {
-		for _, n := range toDispatch {
-			r.dispatchOne(steps[n.cursor], n, 1)
-		}
-	}
+// run starts every node and handles results, retries, node changes and
+// ticks until every node is past the group or the run ends.
+func (g *stepGroup) run() map[string]bool {
+	g.tk = g.r.newStepTrace(g.steps, len(g.nodes))
+	defer g.tk.close()
+	g.start()
 
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
-	nodeChanges := r.c.reg.changes()
-	byIndex := make(map[int]int, len(steps))
-	for i, s := range steps {
-		byIndex[s.Index] = i
-	}
-
-	// complete records a node's final outcome for its current step and moves
-	// it on.
-	complete := func(n *nodeRun, ok bool) {
-		if !ok {
-			n.failed = true
-			tk.fail(n)
+	nodeChanges := g.r.c.reg.changes()
+	for g.remaining > 0 {
+		select {
+		case <-g.r.ctx.Done():
+			g.abort(context.Cause(g.r.ctx))
+			return g.failed()
+		case tr := <-g.r.inbox:
+			g.onResult(tr)
+		case req := <-g.r.retryC:
+			g.onRetry(req)
+		case <-nodeChanges:
+			nodeChanges = g.r.c.reg.changes()
+			g.failUnreachable(time.Now())
+		case now := <-tick.C:
+			g.onTick(now)
 		}
-		n.waiting = false
-		n.retrying = false
-		tk.move(n, n.cursor+1)
-		if advance(n) {
-			r.dispatchOne(steps[n.cursor], n, 1)
+	}
+	return g.failed()
+}
+
+// start moves every node to its first runnable step and dispatches it. A
+// barrier step whose nodes are all at the same step goes out as one
+// broadcast.
+func (g *stepGroup) start() {
+	var toDispatch []*nodeRun
+	for _, id := range g.nodes {
+		n := g.nr[id]
+		if g.advance(n) {
+			toDispatch = append(toDispatch, n)
+		} else {
+			g.finish(n)
+		}
+	}
+	if g.barrier && len(toDispatch) > 0 {
+		g.r.dispatchMany(g.steps[0], toDispatch, 1)
+		return
+	}
+	for _, n := range toDispatch {
+		g.r.dispatchOne(g.steps[n.cursor], n, 1)
+	}
+}
+
+// finish marks a node past the group's last step.
+func (g *stepGroup) finish(n *nodeRun) {
+	g.tk.move(n, len(g.steps))
+	n.waiting = false
+	g.remaining--
+}
+
+// advance moves a node to its next runnable step (recording skips and
+// steps that already have a final result, which is how a recovered job
+// resumes) and returns whether it has one.
+func (g *stepGroup) advance(n *nodeRun) bool {
+	r := g.r
+	for n.cursor < len(g.steps) {
+		s := g.steps[n.cursor]
+		if prior := r.nodeResult(s.Index, n.id); prior != nil && api.StepTerminal(prior.Status) {
+			if prior.Status == api.StepFailed {
+				n.failed = true
+			}
+			g.tk.move(n, n.cursor+1)
+			continue
+		}
+		if reason, skip := skipInPipeline(s.Task.Condition, g.entryFailed, n.failed, g.barrier); skip {
+			r.setNodeResult(s.Index, n.id, func(nr *api.NodeResult) {
+				nr.Status = api.StepSkipped
+				nr.Output = reason
+				nr.Events = append(nr.Events, api.Event{Status: api.StepSkipped, Time: time.Now().UTC(), Message: reason})
+			})
+			g.tk.move(n, n.cursor+1)
+			continue
+		}
+		return true
+	}
+	return false
+}
+
+// complete records a node's final outcome for its current step and moves
+// it on.
+func (g *stepGroup) complete(n *nodeRun, ok bool) {
+	if !ok {
+		n.failed = true
+		g.tk.fail(n)
+	}
+	n.waiting = false
+	n.retrying = false
+	g.tk.move(n, n.cursor+1)
+	if g.advance(n) {
+		g.r.dispatchOne(g.steps[n.cursor], n, 1)
+		return
+	}
+	g.finish(n)
+}
+
+// onResult handles one result an agent reported.
+func (g *stepGroup) onResult(tr *api.TaskResult) {
+	r := g.r
+	n := g.nr[tr.NodeID]
+	i, inGroup := g.byIndex[tr.TaskIndex]
+	if n == nil || !inGroup || i != n.cursor || tr.Attempt != n.attempt || !n.waiting {
+		return // stale, duplicate, or not ours
+	}
+	r.heard(n)
+	s := g.steps[i]
+	switch tr.Status {
+	case api.ResultRunning:
+		r.setNodeResult(s.Index, n.id, func(res *api.NodeResult) {
+			res.Status = api.StepRunning
+			res.Events = append(res.Events, api.Event{Status: api.StepRunning, Time: tr.Timestamp, Attempt: tr.Attempt})
+		})
+	case api.ResultProgress:
+		r.setNodeResult(s.Index, n.id, func(res *api.NodeResult) {
+			res.Progress = tr.Progress
+			if tr.Output != "" {
+				res.Output = tr.Output
+			}
+		})
+	case api.StepSuccess, api.StepFailed:
+		if tr.Cancelled {
+			// The agent heard the job's cancel before this controller did:
+			// a cancellation, not a failure.
+			r.cancel(errCancelled)
 			return
 		}
-		finish(n)
+		final := tr.Status == api.StepSuccess || tr.Attempt > s.Task.MaxRetries
+		r.c.metrics.taskResults.WithLabelValues(s.Task.Backend, s.Task.Action, tr.Status).Inc()
+		r.setNodeResult(s.Index, n.id, func(res *api.NodeResult) {
+			res.Output, res.Error, res.Changed, res.Facts = tr.Output, tr.Error, tr.Changed, tr.Facts
+			res.Duration = tr.Duration
+			res.Attempts = tr.Attempt
+			res.Progress = nil
+			if tr.StartedAt != nil && !ranEvent(res.Events, tr.Attempt) {
+				// A task that ended quickly sent no running report; its
+				// final result says when it started.
+				res.Events = append(res.Events, api.Event{Status: api.StepRunning, Time: *tr.StartedAt, Attempt: tr.Attempt})
+			}
+			res.Events = append(res.Events, api.Event{Status: tr.Status, Time: tr.Timestamp, Attempt: tr.Attempt, Message: tr.Error})
+			if final {
+				res.Status = tr.Status
+			} else {
+				res.Status = api.StepPending
+			}
+		})
+		if final {
+			g.complete(n, tr.Status == api.StepSuccess)
+			return
+		}
+		g.scheduleRetry(n, s, tr)
 	}
+}
 
-	for remaining > 0 {
+// scheduleRetry sends the next attempt of a failed step after the backoff.
+func (g *stepGroup) scheduleRetry(n *nodeRun, s api.FlatStep, tr *api.TaskResult) {
+	r := g.r
+	n.waiting = false
+	n.retrying = true
+	delay := r.c.backoff(tr.Attempt)
+	req := retryReq{node: n.id, step: s.Index, attempt: tr.Attempt + 1}
+	r.c.metrics.retries.WithLabelValues(s.Task.Backend, s.Task.Action).Inc()
+	r.log.Info("retrying step", "step", s.Index, "node", n.id, "attempt", req.attempt, "in", delay, "err", tr.Error)
+	time.AfterFunc(delay, func() {
 		select {
-		case <-r.ctx.Done():
-			r.abortNodes(steps, nr, context.Cause(r.ctx))
-			return failedSet(nr)
+		case r.retryC <- req:
+		case <-r.done:
+		}
+	})
+}
 
-		case tr := <-r.inbox:
-			n := nr[tr.NodeID]
-			i, inGroup := byIndex[tr.TaskIndex]
-			if n == nil || !inGroup || i != n.cursor || tr.Attempt != n.attempt || !n.waiting {
-				continue // stale, duplicate, or not ours
-			}
-			r.heard(n)
-			s := steps[i]
-			switch tr.Status {
-			case api.ResultRunning:
-				r.setNodeResult(s.Index, n.id, func(res *api.NodeResult) {
-					res.Status = api.StepRunning
-					res.Events = append(res.Events, api.Event{Status: api.StepRunning, Time: tr.Timestamp, Attempt: tr.Attempt})
-				})
-			case api.ResultProgress:
-				r.setNodeResult(s.Index, n.id, func(res *api.NodeResult) {
-					res.Progress = tr.Progress
-					if tr.Output != "" {
-						res.Output = tr.Output
-					}
-				})
-			case api.StepSuccess, api.StepFailed:
-				if tr.Cancelled {
-					// The agent heard the job's cancel before this
-					// controller did: a cancellation, not a failure.
-					r.cancel(errCancelled)
-					continue
-				}
-				final := tr.Status == api.StepSuccess || tr.Attempt > s.Task.MaxRetries
-				r.c.metrics.taskResults.WithLabelValues(s.Task.Backend, s.Task.Action, tr.Status).Inc()
-				r.setNodeResult(s.Index, n.id, func(res *api.NodeResult) {
-					res.Output, res.Error, res.Changed, res.Facts = tr.Output, tr.Error, tr.Changed, tr.Facts
-					res.Duration = tr.Duration
-					res.Attempts = tr.Attempt
-					res.Progress = nil
-					if tr.StartedAt != nil && !ranEvent(res.Events, tr.Attempt) {
-						// A task that ended quickly sent no running report;
-						// its final result says when it started.
-						res.Events = append(res.Events, api.Event{Status: api.StepRunning, Time: *tr.StartedAt, Attempt: tr.Attempt})
-					}
-					res.Events = append(res.Events, api.Event{Status: tr.Status, Time: tr.Timestamp, Attempt: tr.Attempt, Message: tr.Error})
-					if final {
-						res.Status = tr.Status
-					} else {
-						res.Status = api.StepPending
-					}
-				})
-				if final {
-					complete(n, tr.Status == api.StepSuccess)
-					continue
-				}
-				n.waiting = false
-				n.retrying = true
-				delay := r.c.backoff(tr.Attempt)
-				req := retryReq{node: n.id, step: s.Index, attempt: tr.Attempt + 1}
-				r.c.metrics.retries.WithLabelValues(s.Task.Backend, s.Task.Action).Inc()
-				r.log.Info("retrying step", "step", s.Index, "node", n.id, "attempt", req.attempt, "in", delay, "err", tr.Error)
-				time.AfterFunc(delay, func() {
-					select {
-					case r.retryC <- req:
-					case <-r.done:
-					}
-				})
-			}
+// onRetry dispatches a retry whose backoff has passed, if the node still
+// waits for it.
+func (g *stepGroup) onRetry(req retryReq) {
+	n := g.nr[req.node]
+	if n == nil || !n.retrying || n.cursor >= len(g.steps) || g.steps[n.cursor].Index != req.step {
+		return
+	}
+	n.retrying = false
+	g.r.dispatchOne(g.steps[n.cursor], n, req.attempt)
+}
 
-		case req := <-r.retryC:
-			n := nr[req.node]
-			if n == nil || !n.retrying || n.cursor >= len(steps) || steps[n.cursor].Index != req.step {
-				continue
-			}
-			n.retrying = false
-			r.dispatchOne(steps[n.cursor], n, req.attempt)
-
-		case <-nodeChanges:
-			nodeChanges = r.c.reg.changes()
-			r.failUnreachable(steps, nr, complete)
-
-		case now := <-tick.C:
-			r.failUnreachable(steps, nr, complete)
-			for _, n := range nr {
-				if n.waiting && now.After(n.deadline) {
-					s := steps[n.cursor]
-					msg := fmt.Sprintf("timeout: no result from node %s within %s", n.id, r.c.taskTimeout(s.Task)+r.c.cfg.ResultGrace.D())
-					r.failNode(s.Index, n, msg)
-					complete(n, false)
-				}
-			}
-			r.catchUp(steps, nr, now)
+// onTick fails unreachable and timed-out nodes and re-sends commands nodes
+// have not answered.
+func (g *stepGroup) onTick(now time.Time) {
+	r := g.r
+	g.failUnreachable(now)
+	for _, id := range g.nodes {
+		n := g.nr[id]
+		if n.waiting && now.After(n.deadline) {
+			s := g.steps[n.cursor]
+			msg := fmt.Sprintf("timeout: no result from node %s within %s", n.id, r.c.taskTimeout(s.Task)+r.c.cfg.ResultGrace.D())
+			r.failNode(s.Index, n, msg)
+			g.complete(n, false)
 		}
 	}
-	return failedSet(nr)
+	r.catchUp(g.steps, g.nr, now)
 }
 
 // failUnreachable fails the steps of nodes that went offline while a command
 // was out: they will not answer, and waiting for the timeout would stall the
 // job.
-func (r *run) failUnreachable(steps []api.FlatStep, nr map[string]*nodeRun, complete func(*nodeRun, bool)) {
-	now := time.Now()
-	for _, n := range nr {
+func (g *stepGroup) failUnreachable(now time.Time) {
+	r := g.r
+	for _, id := range g.nodes {
+		n := g.nr[id]
 		if !n.waiting && !n.retrying {
 			continue
 		}
@@ -231,10 +290,21 @@ func (r *run) failUnreachable(steps []api.FlatStep, nr map[string]*nodeRun, comp
 		if !n.offlineLongEnough(now) {
 			continue
 		}
-		s := steps[n.cursor]
+		s := g.steps[n.cursor]
 		r.failNode(s.Index, n, fmt.Sprintf("unreachable: node %s went offline (no heartbeat within %s or it shut down)", n.id, r.c.cfg.NodeOfflineAfter.D()))
-		complete(n, false)
+		g.complete(n, false)
 	}
+}
+
+// failed returns the nodes that failed.
+func (g *stepGroup) failed() map[string]bool {
+	out := map[string]bool{}
+	for id, n := range g.nr {
+		if n.failed {
+			out[id] = true
+		}
+	}
+	return out
 }
 
 func (r *run) failNode(step int, n *nodeRun, msg string) {
@@ -251,9 +321,9 @@ func (r *run) failNode(step int, n *nodeRun, msg string) {
 	})
 }
 
-// abortNodes records why unfinished nodes stopped: cancelled, or failed by
-// the job timeout.
-func (r *run) abortNodes(steps []api.FlatStep, nr map[string]*nodeRun, cause error) {
+// abort records why unfinished nodes stopped: cancelled, or failed by the
+// job timeout.
+func (g *stepGroup) abort(cause error) {
 	if errors.Is(cause, errShutdown) || errors.Is(cause, errLostOwnership) {
 		return
 	}
@@ -262,16 +332,16 @@ func (r *run) abortNodes(steps []api.FlatStep, nr map[string]*nodeRun, cause err
 		status, msg = api.StepCancelled, "cancelled"
 	}
 	now := time.Now().UTC()
-	for _, n := range nr {
-		if n.cursor >= len(steps) {
+	for _, n := range g.nr {
+		if n.cursor >= len(g.steps) {
 			continue
 		}
-		for i := n.cursor; i < len(steps); i++ {
+		for i := n.cursor; i < len(g.steps); i++ {
 			st := status
 			if i > n.cursor {
 				st = api.StepCancelled
 			}
-			r.setNodeResult(steps[i].Index, n.id, func(res *api.NodeResult) {
+			g.r.setNodeResult(g.steps[i].Index, n.id, func(res *api.NodeResult) {
 				res.Status = st
 				if st == api.StepFailed {
 					res.Error = msg
@@ -280,16 +350,6 @@ func (r *run) abortNodes(steps []api.FlatStep, nr map[string]*nodeRun, cause err
 			})
 		}
 	}
-}
-
-func failedSet(nr map[string]*nodeRun) map[string]bool {
-	out := map[string]bool{}
-	for id, n := range nr {
-		if n.failed {
-			out[id] = true
-		}
-	}
-	return out
 }
 
 // skipInPipeline judges a leaf's condition for one node. In a barrier step
