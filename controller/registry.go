@@ -232,30 +232,41 @@ func (r *registry) get(id string) (api.NodeInfo, bool) {
 	return r.view(n, time.Now(), true), true
 }
 
-// resolve returns the online nodes a target selects, sorted. ScopeAny picks
-// one, round robin.
-func (r *registry) resolve(t api.Target) []string {
+// resolveAll returns the online nodes a target selects (ScopeAny picks one,
+// round robin) and, for a group or
+// node target, the nodes it matches that are offline, both sorted. Scopes
+// all and any mean online nodes only, so they match no offline node.
+func (r *registry) resolveAll(t api.Target) (online, offline []string) {
 	now := time.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var ids []string
 	if t.Scope == api.ScopeNode {
-		if n := r.nodes[t.Value]; n != nil && r.isOnline(n, now) {
-			ids = append(ids, n.ID)
+		if n := r.nodes[t.Value]; n != nil {
+			if r.isOnline(n, now) {
+				online = append(online, n.ID)
+			} else {
+				offline = append(offline, n.ID)
+			}
 		}
-		return ids
+		return online, offline
 	}
 	for _, n := range r.nodes {
-		if r.isOnline(n, now) && t.Matches(n.ID, n.Groups) {
-			ids = append(ids, n.ID)
+		if !t.Matches(n.ID, n.Groups) {
+			continue
+		}
+		if r.isOnline(n, now) {
+			online = append(online, n.ID)
+		} else if t.Scope == api.ScopeGroup {
+			offline = append(offline, n.ID)
 		}
 	}
-	sort.Strings(ids)
-	if t.Scope == api.ScopeAny && len(ids) > 0 {
+	sort.Strings(online)
+	sort.Strings(offline)
+	if t.Scope == api.ScopeAny && len(online) > 0 {
 		r.rr++
-		return []string{ids[int(r.rr%uint64(len(ids)))]}
+		return []string{online[int(r.rr%uint64(len(online)))]}, nil
 	}
-	return ids
+	return online, offline
 }
 
 // catalog merges the schemas of online nodes.

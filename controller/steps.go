@@ -24,6 +24,12 @@ type nodeRun struct {
 	// offlineAt is when the node was first seen offline while a command
 	// was out (zero while online).
 	offlineAt time.Time
+	// unreachable: the node went away while a step was out to it.
+	unreachable bool
+	// started: the node holds (or held) one of the group's slots.
+	started bool
+	// notStarted: the rollout stopped before the node started.
+	notStarted bool
 }
 
 // stepGroup drives nodes through one group of steps: the seed's barrier
@@ -45,15 +51,45 @@ type stepGroup struct {
 	tk          *stepTrace
 	// remaining counts nodes not yet past the last step.
 	remaining int
+
+	// rollout holds the group's max_concurrency and max_errors; path names
+	// the phase in messages.
+	rollout api.Rollout
+	path    string
+	// slots is how many nodes may hold a slot at once (len(nodes) without
+	// max_concurrency); inFlight how many do; queue the nodes waiting for
+	// one, in order.
+	slots    int
+	inFlight int
+	queue    []*nodeRun
+	// budget is how many nodes may fail before no new node starts
+	// (hasBudget false: no max_errors); errors counts the nodes that
+	// failed or became unreachable; stopped is set once errors > budget.
+	budget    int
+	hasBudget bool
+	errors    int
+	stopped   bool
+}
+
+// stepOutcome is what a group tells the job walker.
+type stepOutcome struct {
+	// failed holds the nodes that failed or became unreachable.
+	failed map[string]bool
+	// notStarted holds the nodes a stopped rollout never started.
+	notStarted map[string]bool
+	// exceeded says max_errors stopped the rollout; reason says how.
+	exceeded bool
+	reason   string
 }
 
 // newStepGroup prepares a group; run starts it.
-func (r *run) newStepGroup(steps []api.FlatStep, nodes []string, entryFailed, barrier bool) *stepGroup {
+func (r *run) newStepGroup(steps []api.FlatStep, nodes []string, entryFailed, barrier bool, ro api.Rollout, path string) *stepGroup {
 	g := &stepGroup{
 		r: r, steps: steps, nodes: nodes, nr: make(map[string]*nodeRun, len(nodes)),
 		byIndex: make(map[int]int, len(steps)), entryFailed: entryFailed, barrier: barrier,
-		remaining: len(nodes),
+		remaining: len(nodes), rollout: ro, path: path, slots: ro.Slots(len(nodes)),
 	}
+	g.budget, g.hasBudget = ro.ErrorBudget(len(nodes))
 	for _, id := range nodes {
 		g.nr[id] = &nodeRun{id: id}
 	}
@@ -63,14 +99,15 @@ func (r *run) newStepGroup(steps []api.FlatStep, nodes []string, entryFailed, ba
 	return g
 }
 
-// runSteps drives nodes through steps and returns the nodes that failed.
-func (r *run) runSteps(steps []api.FlatStep, nodes []string, entryFailed, barrier bool) map[string]bool {
-	return r.newStepGroup(steps, nodes, entryFailed, barrier).run()
+// runSteps drives nodes through steps, at most ro's max_concurrency at once
+// and starting no new node once more than max_errors failed.
+func (r *run) runSteps(steps []api.FlatStep, nodes []string, entryFailed, barrier bool, ro api.Rollout, path string) stepOutcome {
+	return r.newStepGroup(steps, nodes, entryFailed, barrier, ro, path).run()
 }
 
 // run starts every node and handles results, retries, node changes and
 // ticks until every node is past the group or the run ends.
-func (g *stepGroup) run() map[string]bool {
+func (g *stepGroup) run() stepOutcome {
 	g.tk = g.r.newStepTrace(g.steps, len(g.nodes))
 	defer g.tk.close()
 	g.start()
@@ -82,7 +119,7 @@ func (g *stepGroup) run() map[string]bool {
 		select {
 		case <-g.r.ctx.Done():
 			g.abort(context.Cause(g.r.ctx))
-			return g.failed()
+			return g.outcome()
 		case tr := <-g.r.inbox:
 			g.onResult(tr)
 		case req := <-g.r.retryC:
@@ -94,23 +131,28 @@ func (g *stepGroup) run() map[string]bool {
 			g.onTick(now)
 		}
 	}
-	return g.failed()
+	return g.outcome()
 }
 
-// start moves every node to its first runnable step and dispatches it. A
-// barrier step whose nodes are all at the same step goes out as one
-// broadcast.
+// start moves every node to its first runnable step and dispatches it, up
+// to the group's slots; the rest wait in the queue. A barrier step whose
+// nodes all start at once goes out as one broadcast.
 func (g *stepGroup) start() {
 	var toDispatch []*nodeRun
 	for _, id := range g.nodes {
 		n := g.nr[id]
-		if g.advance(n) {
+		if g.stopped || g.inFlight >= g.slots {
+			g.queue = append(g.queue, n)
+			continue
+		}
+		if g.take(n) {
 			toDispatch = append(toDispatch, n)
-		} else {
-			g.finish(n)
 		}
 	}
-	if g.barrier && len(toDispatch) > 0 {
+	if g.stopped {
+		g.stopQueue()
+	}
+	if g.barrier && len(toDispatch) > 0 && len(g.queue) == 0 {
 		g.r.dispatchMany(g.steps[0], toDispatch, 1)
 		return
 	}
@@ -119,11 +161,87 @@ func (g *stepGroup) start() {
 	}
 }
 
-// finish marks a node past the group's last step.
+// take gives n a slot and reports whether it has a step to dispatch; a
+// node with nothing left to run (a resumed job) finishes at once and
+// hands the slot back.
+func (g *stepGroup) take(n *nodeRun) bool {
+	n.started = true
+	g.inFlight++
+	if g.advance(n) {
+		return true
+	}
+	g.finish(n)
+	return false
+}
+
+// startNext fills free slots from the queue, or records the queued nodes
+// as not started once the rollout stopped.
+func (g *stepGroup) startNext() {
+	for !g.stopped && g.inFlight < g.slots && len(g.queue) > 0 {
+		n := g.queue[0]
+		g.queue = g.queue[1:]
+		if g.take(n) {
+			g.r.dispatchOne(g.steps[n.cursor], n, 1)
+		}
+	}
+	if g.stopped {
+		g.stopQueue()
+	}
+}
+
+// countError records that n failed or became unreachable and stops the
+// rollout once errors pass max_errors.
+func (g *stepGroup) countError(n *nodeRun) {
+	if n.failed {
+		return // counted already
+	}
+	n.failed = true
+	g.errors++
+	if g.hasBudget && g.errors > g.budget && !g.stopped {
+		g.stopped = true
+		g.r.log.Warn("max_errors exceeded; starting no new node", "phase", g.path, "max_errors", g.rollout.MaxErrors.String(),
+			"errors", g.errors, "waiting", len(g.queue), "in_flight", g.inFlight)
+	}
+}
+
+// stopQueue records every queued node as not started, at every step of the
+// group, and finishes it.
+func (g *stepGroup) stopQueue() {
+	if len(g.queue) == 0 {
+		return
+	}
+	reason := g.stopReason()
+	now := time.Now().UTC()
+	for _, n := range g.queue {
+		n.notStarted = true
+		for i := n.cursor; i < len(g.steps); i++ {
+			if prior := g.r.nodeResult(g.steps[i].Index, n.id); prior != nil && api.StepTerminal(prior.Status) {
+				continue
+			}
+			g.r.setNodeResult(g.steps[i].Index, n.id, func(res *api.NodeResult) {
+				res.Status = api.StepNotStarted
+				res.Output = reason
+				res.Events = append(res.Events, api.Event{Status: api.StepNotStarted, Time: now, Message: reason})
+			})
+		}
+		g.finish(n)
+	}
+	g.queue = nil
+}
+
+func (g *stepGroup) stopReason() string {
+	return fmt.Sprintf("not started: max_errors %s (%d of %d nodes) exceeded at %s: %d nodes failed or were unreachable",
+		g.rollout.MaxErrors, g.budget, len(g.nodes), g.path, g.errors)
+}
+
+// finish marks a node past the group's last step and frees its slot.
 func (g *stepGroup) finish(n *nodeRun) {
 	g.tk.move(n, len(g.steps))
 	n.waiting = false
 	g.remaining--
+	if n.started {
+		g.inFlight--
+	}
 }
 
 // advance moves a node to its next runnable step (recording skips and
@@ -134,8 +252,12 @@ func (g *stepGroup) advance(n *nodeRun) bool {
 	for n.cursor < len(g.steps) {
 		s := g.steps[n.cursor]
 		if prior := r.nodeResult(s.Index, n.id); prior != nil && api.StepTerminal(prior.Status) {
-			if prior.Status == api.StepFailed {
-				n.failed = true
+			switch prior.Status {
+			case api.StepUnreachable:
+				n.unreachable = true
+				g.countError(n)
+			case api.StepFailed:
+				g.countError(n)
 			}
 			g.tk.move(n, n.cursor+1)
 			continue
@@ -158,7 +280,7 @@ func (g *stepGroup) advance(n *nodeRun) bool {
 // it on.
 func (g *stepGroup) complete(n *nodeRun, ok bool) {
 	if !ok {
-		n.failed = true
+		g.countError(n)
 		g.tk.fail(n)
 	}
 	n.waiting = false
@@ -169,6 +291,7 @@ func (g *stepGroup) complete(n *nodeRun, ok bool) {
 		return
 	}
 	g.finish(n)
+	g.startNext()
 }
 
 // onResult handles one result an agent reported.
@@ -291,33 +414,51 @@ func (g *stepGroup) failUnreachable(now time.Time) {
 			continue
 		}
 		s := g.steps[n.cursor]
-		r.failNode(s.Index, n, fmt.Sprintf("unreachable: node %s went offline (no heartbeat within %s or it shut down)", n.id, r.c.cfg.NodeOfflineAfter.D()))
+		n.unreachable = true
+		r.unreachableNode(s.Index, n, fmt.Sprintf("unreachable: node %s went offline (no heartbeat within %s or it shut down)", n.id, r.c.cfg.NodeOfflineAfter.D()))
 		g.complete(n, false)
 	}
 }
 
-// failed returns the nodes that failed.
-func (g *stepGroup) failed() map[string]bool {
-	out := map[string]bool{}
+// outcome is what the group tells the job walker.
+func (g *stepGroup) outcome() stepOutcome {
+	out := stepOutcome{failed: map[string]bool{}, notStarted: map[string]bool{}, exceeded: g.stopped}
 	for id, n := range g.nr {
 		if n.failed {
-			out[id] = true
+			out.failed[id] = true
 		}
+		if n.notStarted {
+			out.notStarted[id] = true
+		}
+	}
+	if g.stopped {
+		out.reason = fmt.Sprintf("max_errors %s exceeded at %s: %d of %d nodes failed or were unreachable, %d not started",
+			g.rollout.MaxErrors, g.path, g.errors, len(g.nodes), len(out.notStarted))
 	}
 	return out
 }
 
+// failNode records that the controller gave up on a node's step (timeout).
 func (r *run) failNode(step int, n *nodeRun, msg string) {
-	r.log.Warn("step failed on node", "step", step, "node", n.id, "err", msg)
+	r.loseNode(step, n, api.StepFailed, "lost", msg)
+}
+
+// unreachableNode records that a node went away during its step.
+func (r *run) unreachableNode(step int, n *nodeRun, msg string) {
+	r.loseNode(step, n, api.StepUnreachable, api.StepUnreachable, msg)
+}
+
+func (r *run) loseNode(step int, n *nodeRun, status, metric, msg string) {
+	r.log.Warn("step "+status+" on node", "step", step, "node", n.id, "err", msg)
 	if step < len(r.steps) {
 		t := r.steps[step].Task
-		r.c.metrics.taskResults.WithLabelValues(t.Backend, t.Action, "lost").Inc()
+		r.c.metrics.taskResults.WithLabelValues(t.Backend, t.Action, metric).Inc()
 	}
 	r.setNodeResult(step, n.id, func(res *api.NodeResult) {
-		res.Status = api.StepFailed
+		res.Status = status
 		res.Error = msg
 		res.Attempts = n.attempt
-		res.Events = append(res.Events, api.Event{Status: api.StepFailed, Time: time.Now().UTC(), Attempt: n.attempt, Message: msg})
+		res.Events = append(res.Events, api.Event{Status: status, Time: time.Now().UTC(), Attempt: n.attempt, Message: msg})
 	})
 }
 

@@ -2,6 +2,8 @@ package controller
 
 import (
 	"context"
+	"log/slog"
+	"strings"
 	"testing"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
@@ -11,6 +13,11 @@ import (
 // transitions that only touch the job's results.
 func testGroup(t *testing.T, yaml string, nodes []string, barrier bool, results api.JobResults) *stepGroup {
 	t.Helper()
+	return testRollout(t, yaml, nodes, barrier, results, api.Rollout{})
+}
+
+func testRollout(t *testing.T, yaml string, nodes []string, barrier bool, results api.JobResults, ro api.Rollout) *stepGroup {
+	t.Helper()
 	spec, err := api.ParseJobSpec([]byte(yaml))
 	if err != nil {
 		t.Fatal(err)
@@ -19,8 +26,9 @@ func testGroup(t *testing.T, yaml string, nodes []string, barrier bool, results 
 	job.Results = results
 	ctx, cancel := context.WithCancelCause(context.Background())
 	t.Cleanup(func() { cancel(nil) })
-	r := &run{job: job, enc: newJobEncoder(), ctx: ctx, cancel: cancel, flushKick: make(chan struct{}, 1), steps: api.Flatten(job.Tasks)}
-	g := r.newStepGroup(r.steps, nodes, false, barrier)
+	r := &run{job: job, enc: newJobEncoder(), ctx: ctx, cancel: cancel, flushKick: make(chan struct{}, 1), steps: api.Flatten(job.Tasks),
+		log: slog.New(slog.DiscardHandler)}
+	g := r.newStepGroup(r.steps, nodes, false, barrier, ro, "tasks[0]")
 	g.tk = r.newStepTrace(g.steps, len(nodes))
 	return g
 }
@@ -86,7 +94,40 @@ func TestStepGroupFinishCountsDown(t *testing.T) {
 	if g.remaining != 1 || g.nr["a"].cursor != 1 {
 		t.Fatalf("remaining %d cursor %d, want 1 and 1", g.remaining, g.nr["a"].cursor)
 	}
-	if got := g.failed(); len(got) != 0 {
+	if got := g.outcome().failed; len(got) != 0 {
 		t.Fatalf("failed %v, want none", got)
+	}
+}
+
+func TestStepGroupErrorBudget(t *testing.T) {
+	one := &api.Limit{Value: 1}
+	g := testRollout(t, "target: {scope: all}\ntasks: [{backend: ping, action: echo}]", []string{"a", "b", "c", "d"}, true, nil,
+		api.Rollout{MaxConcurrency: one, MaxErrors: one})
+	if g.slots != 1 || g.budget != 1 || !g.hasBudget {
+		t.Fatalf("slots %d budget %d/%v, want 1 and 1", g.slots, g.budget, g.hasBudget)
+	}
+	g.queue = []*nodeRun{g.nr["c"], g.nr["d"]}
+	g.countError(g.nr["a"])
+	if g.stopped {
+		t.Fatal("stopped at the first error of a budget of 1")
+	}
+	g.countError(g.nr["a"]) // the same node again (a pipeline's later step)
+	if g.stopped || g.errors != 1 {
+		t.Fatalf("a node counted twice: errors %d stopped %v", g.errors, g.stopped)
+	}
+	g.countError(g.nr["b"])
+	if !g.stopped {
+		t.Fatal("not stopped once errors passed the budget")
+	}
+	g.stopQueue()
+	out := g.outcome()
+	if !out.exceeded || len(out.notStarted) != 2 || len(out.failed) != 2 {
+		t.Fatalf("outcome %+v, want exceeded with 2 failed and 2 not started", out)
+	}
+	for _, id := range []string{"c", "d"} {
+		res := g.r.job.Results.Node(0, id)
+		if res == nil || res.Status != api.StepNotStarted || !strings.Contains(res.Output, "max_errors 1") {
+			t.Fatalf("%s: %+v, want not_started naming max_errors", id, res)
+		}
 	}
 }

@@ -1,0 +1,252 @@
+package controller_test
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gridfleet/terraform-provider-grid/agent"
+	"github.com/gridfleet/terraform-provider-grid/api"
+	"github.com/gridfleet/terraform-provider-grid/internal/fleet"
+	"github.com/gridfleet/terraform-provider-grid/internal/fleet/fleettest"
+)
+
+// rolloutFleet starts n agents (node-1 … node-n) where a file write into
+// the returned directory succeeds on every node but the bad ones: the
+// good agents share that directory as their sandbox, the bad ones have
+// their own, so the same write is refused there (outside the sandbox).
+func rolloutFleet(t *testing.T, n int, bad ...string) (*fleet.Fleet, string) {
+	t.Helper()
+	shared := filepath.Join(t.TempDir(), "shared")
+	if err := os.MkdirAll(shared, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f := fleettest.Start(t, fleet.Options{Agents: n, Agent: func(i int, c *agent.Config) {
+		if !slices.Contains(bad, fmt.Sprintf("node-%d", i+1)) {
+			c.Sandbox = shared
+		}
+	}})
+	return f, shared
+}
+
+func statuses(j *api.Job, step int) map[string]string {
+	out := map[string]string{}
+	for _, n := range j.Expected {
+		out[n] = nodeStatus(j, step, n)
+	}
+	return out
+}
+
+// The boundaries of max_errors on a barrier step rolled out one node at a
+// time (node-1 first): 0, 1, exactly at the threshold, one over, and
+// percentages that round down.
+func TestRolloutMaxErrorsBoundaries(t *testing.T) {
+	const ok, failed, notStarted = api.StepSuccess, api.StepFailed, api.StepNotStarted
+	oneBad, oneBadDir := rolloutFleet(t, 6, "node-2")
+	twoBad, twoBadDir := rolloutFleet(t, 6, "node-2", "node-4")
+	tests := []struct {
+		name       string
+		f          *fleet.Fleet
+		dir        string
+		limits     string
+		wantStatus api.JobStatus
+		want       []string // node-1 … node-6
+		wantSum    api.JobSummary
+	}{
+		{name: "max_errors 0, no failure", f: oneBad, dir: "", limits: "max_concurrency: 1\nmax_errors: 0",
+			wantStatus: api.JobCompleted, want: []string{ok, ok, ok, ok, ok, ok},
+			wantSum: api.JobSummary{Targeted: 6, Reached: 6, Succeeded: 6}},
+		{name: "max_errors 0, first failure stops", f: oneBad, dir: oneBadDir, limits: "max_concurrency: 1\nmax_errors: 0",
+			wantStatus: api.JobFailed, want: []string{ok, failed, notStarted, notStarted, notStarted, notStarted},
+			wantSum: api.JobSummary{Targeted: 6, Reached: 2, Succeeded: 1, Failed: 1, NotStarted: 4}},
+		{name: "max_errors 1, exactly at the threshold", f: oneBad, dir: oneBadDir, limits: "max_concurrency: 1\nmax_errors: 1",
+			wantStatus: api.JobPartialFailure, want: []string{ok, failed, ok, ok, ok, ok},
+			wantSum: api.JobSummary{Targeted: 6, Reached: 6, Succeeded: 5, Failed: 1}},
+		{name: "max_errors 1, one over", f: twoBad, dir: twoBadDir, limits: "max_concurrency: 1\nmax_errors: 1",
+			wantStatus: api.JobFailed, want: []string{ok, failed, ok, failed, notStarted, notStarted},
+			wantSum: api.JobSummary{Targeted: 6, Reached: 4, Succeeded: 2, Failed: 2, NotStarted: 2}},
+		{name: "max_errors 2, two failures", f: twoBad, dir: twoBadDir, limits: "max_concurrency: 1\nmax_errors: 2",
+			wantStatus: api.JobPartialFailure, want: []string{ok, failed, ok, failed, ok, ok},
+			wantSum: api.JobSummary{Targeted: 6, Reached: 6, Succeeded: 4, Failed: 2}},
+		// 20% of 6 nodes is 1.2, rounded down to 1: the second failure
+		// passes it.
+		{name: "max_errors 20% rounds down", f: twoBad, dir: twoBadDir, limits: "max_concurrency: 1\nmax_errors: 20%",
+			wantStatus: api.JobFailed, want: []string{ok, failed, ok, failed, notStarted, notStarted},
+			wantSum: api.JobSummary{Targeted: 6, Reached: 4, Succeeded: 2, Failed: 2, NotStarted: 2}},
+		// 10% of 6 is 0.6, rounded down to 0 errors; as a concurrency it
+		// still lets one node run.
+		{name: "10% rounds to 0 errors and 1 slot", f: oneBad, dir: oneBadDir, limits: "max_concurrency: 10%\nmax_errors: 10%",
+			wantStatus: api.JobFailed, want: []string{ok, failed, notStarted, notStarted, notStarted, notStarted},
+			wantSum: api.JobSummary{Targeted: 6, Reached: 2, Succeeded: 1, Failed: 1, NotStarted: 4}},
+		// The step's own limits override the job's.
+		{name: "per step overrides the job", f: twoBad, dir: twoBadDir, limits: "max_concurrency: 6\nmax_errors: 0\nstep: {max_concurrency: 1, max_errors: 2}",
+			wantStatus: api.JobPartialFailure, want: []string{ok, failed, ok, failed, ok, ok},
+			wantSum: api.JobSummary{Targeted: 6, Reached: 6, Succeeded: 4, Failed: 2}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			jobLimits, stepLimits, _ := strings.Cut(tt.limits, "\nstep: ")
+			task := "{backend: ping, action: echo}"
+			if tt.dir != "" {
+				task = fmt.Sprintf("{backend: file, action: write, params: {path: %q, content: \"v2\\n\"}}", filepath.Join(tt.dir, "app.conf"))
+			}
+			if stepLimits != "" {
+				task = strings.TrimSuffix(task, "}") + ", " + strings.Trim(stepLimits, "{}") + "}"
+			}
+			j := submitWait(t, tt.f, fmt.Sprintf("target: {scope: all}\n%s\ntasks:\n  - %s\n", jobLimits, task))
+			got := statuses(j, 0)
+			for i, want := range tt.want {
+				if n := fmt.Sprintf("node-%d", i+1); got[n] != want {
+					t.Fatalf("%s: %s, want %s; all: %v", n, got[n], want, got)
+				}
+			}
+			if j.Status != tt.wantStatus {
+				t.Fatalf("job %s (%s), want %s", j.Status, j.Error, tt.wantStatus)
+			}
+			if j.Summary == nil || *j.Summary != tt.wantSum {
+				t.Fatalf("summary %+v, want %+v", j.Summary, tt.wantSum)
+			}
+			for n, st := range got {
+				if st == notStarted {
+					if r := j.Results.Node(0, n); !strings.Contains(r.Output, "not started: max_errors") {
+						t.Fatalf("%s not started without the reason: %+v", n, r)
+					}
+				}
+			}
+			if tt.wantStatus == api.JobFailed && !strings.Contains(j.Error, "max_errors") {
+				t.Fatalf("job error %q does not name max_errors", j.Error)
+			}
+		})
+	}
+}
+
+// At most max_concurrency nodes run a barrier step at once: 40% of 5
+// nodes is 2 slots.
+func TestRolloutMaxConcurrencyBarrier(t *testing.T) {
+	f := fleettest.Start(t, fleet.Options{Agents: 5})
+	j := submitWait(t, f, `
+target: {scope: all}
+max_concurrency: 40%
+tasks:
+  - {backend: ping, action: sleep, params: {duration: 200ms}}
+`)
+	if j.Status != api.JobCompleted {
+		t.Fatalf("job %s (%s)", j.Status, j.Error)
+	}
+	if peak := peakInFlight(t, j, 0); peak != 2 {
+		t.Fatalf("at most %d nodes ran at once, want exactly 2", peak)
+	}
+}
+
+// peakInFlight is the most nodes that were between dispatch and final
+// result of step at the same moment.
+func peakInFlight(t *testing.T, j *api.Job, step int) int {
+	t.Helper()
+	type edge struct {
+		at    time.Time
+		delta int
+	}
+	var edges []edge
+	for _, n := range j.Expected {
+		r := j.Results.Node(step, n)
+		if r == nil || len(r.Events) < 2 {
+			t.Fatalf("%s: no timeline: %+v", n, r)
+		}
+		edges = append(edges, edge{r.Events[0].Time, 1}, edge{r.Events[len(r.Events)-1].Time, -1})
+	}
+	// An end and a start at the same instant: the slot was freed first.
+	slices.SortFunc(edges, func(a, b edge) int {
+		if c := a.at.Compare(b.at); c != 0 {
+			return c
+		}
+		return a.delta - b.delta
+	})
+	cur, peak := 0, 0
+	for _, e := range edges {
+		cur += e.delta
+		peak = max(peak, cur)
+	}
+	return peak
+}
+
+// A pipeline rolls out per node: a node holds its slot through every step
+// of the pipeline. When node-1 fails its first step with max_errors 0, the
+// nodes in flight (node-2, node-3) finish the whole pipeline and the rest
+// never start.
+func TestRolloutPipelineInFlightFinish(t *testing.T) {
+	f, dir := rolloutFleet(t, 5, "node-1")
+	j := submitWait(t, f, fmt.Sprintf(`
+target: {scope: all}
+tasks:
+  - max_concurrency: 3
+    max_errors: 0
+    tasks:
+      - {backend: file, action: write, params: {path: %q, content: "v2
+"}}
+      - {backend: ping, action: sleep, params: {duration: 500ms}}
+  - {backend: ping, action: echo}
+  - condition: on_failure
+    tasks:
+      - {backend: ping, action: echo, params: {message: rollback}}
+`, filepath.Join(dir, "app.conf")))
+	if j.Status != api.JobFailed || !strings.Contains(j.Error, "max_errors 0 exceeded at tasks[0]") {
+		t.Fatalf("job %s (%s), want failed by max_errors at tasks[0]", j.Status, j.Error)
+	}
+	want := map[string][4]string{
+		"node-1": {api.StepFailed, api.StepSkipped, api.StepSkipped, api.StepSuccess},
+		"node-2": {api.StepSuccess, api.StepSuccess, api.StepSkipped, api.StepSuccess},
+		"node-3": {api.StepSuccess, api.StepSuccess, api.StepSkipped, api.StepSuccess},
+		"node-4": {api.StepNotStarted, api.StepNotStarted, "<none>", "<none>"},
+		"node-5": {api.StepNotStarted, api.StepNotStarted, "<none>", "<none>"},
+	}
+	for n, w := range want {
+		for step, st := range w {
+			if got := nodeStatus(j, step, n); got != st {
+				t.Fatalf("%s step %d: %s, want %s", n, step, got, st)
+			}
+		}
+	}
+	sum := api.JobSummary{Targeted: 5, Reached: 3, Succeeded: 2, Failed: 1, NotStarted: 2}
+	if *j.Summary != sum {
+		t.Fatalf("summary %+v, want %+v", *j.Summary, sum)
+	}
+}
+
+// A node that goes away mid-step is unreachable, not failed, and counts
+// toward max_errors; the nodes in flight when the threshold is crossed
+// finish and are reported, the one waiting for a slot never starts.
+func TestRolloutUnreachableInFlight(t *testing.T) {
+	f := fleettest.Start(t, fleet.Options{Agents: 4})
+	j := submit(t, f, `
+target: {scope: all}
+max_concurrency: 3
+max_errors: 0
+tasks:
+  - {backend: ping, action: sleep, params: {duration: 6s}}
+`)
+	waitFor(t, 10*time.Second, "node-3 running", func() bool {
+		g, err := f.Client().GetJob(context.Background(), j.ID)
+		return err == nil && nodeStatus(g, 0, "node-3") == api.StepRunning
+	})
+	if err := f.KillAgent("node-3"); err != nil {
+		t.Fatal(err)
+	}
+	done := wait(t, f, j.ID)
+	want := map[string]string{"node-1": api.StepSuccess, "node-2": api.StepSuccess, "node-3": api.StepUnreachable, "node-4": api.StepNotStarted}
+	if got := statuses(done, 0); !maps.Equal(got, want) {
+		t.Fatalf("statuses %v, want %v", got, want)
+	}
+	if done.Status != api.JobFailed {
+		t.Fatalf("job %s (%s), want failed", done.Status, done.Error)
+	}
+	sum := api.JobSummary{Targeted: 4, Reached: 2, Succeeded: 2, Unreachable: 1, NotStarted: 1}
+	if *done.Summary != sum {
+		t.Fatalf("summary %+v, want %+v", *done.Summary, sum)
+	}
+}
