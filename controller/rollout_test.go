@@ -3,7 +3,9 @@ package controller_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"maps"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -249,4 +251,145 @@ tasks:
 	if *done.Summary != sum {
 		t.Fatalf("summary %+v, want %+v", *done.Summary, sum)
 	}
+	if m := getRaw(t, f, "/metrics"); !strings.Contains(m, `grid_task_results_total{action="sleep",backend="ping",status="unreachable"} 1`) {
+		t.Fatalf("metrics lack the unreachable result:\n%s", grepLines(m, "grid_task_results_total"))
+	}
+}
+
+// A submission is checked against the nodes its target resolves to: node-1
+// allows only ping.echo (its allowlist), node-2 everything. A job that
+// needs ping.sleep on node-1 is refused with a 400 naming node-1, though
+// node-2 offers the action; the same job on node-2 alone is accepted.
+func TestSubmitValidatedAgainstTargetedNodes(t *testing.T) {
+	f := fleettest.Start(t, fleet.Options{Agents: 2, Groups: func(i int) []string { return []string{fmt.Sprintf("g%d", i+1)} },
+		Agent: func(i int, c *agent.Config) {
+			if i == 0 {
+				c.Allow = []string{"ping.echo"}
+			}
+		}})
+	ctx := context.Background()
+	for _, tc := range []struct {
+		target  string
+		wantErr string // "" accepted
+	}{
+		{target: "{scope: node, value: node-1}", wantErr: "tasks[1]: 1 targeted node(s) cannot run ping.sleep: node-1"},
+		{target: "{scope: all}", wantErr: "tasks[1]: 1 targeted node(s) cannot run ping.sleep: node-1"},
+		{target: "{scope: group, value: g1}", wantErr: "node-1"},
+		{target: "{scope: node, value: node-2}"},
+		{target: "{scope: group, value: g2}"},
+	} {
+		spec, err := api.ParseJobSpec([]byte("target: " + tc.target + "\ntasks:\n  - {backend: ping, action: echo}\n  - {backend: ping, action: sleep, params: {duration: 1ms}}\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		j, err := f.Client().SubmitJob(ctx, spec)
+		if tc.wantErr == "" {
+			if err != nil {
+				t.Fatalf("%s: %v, want accepted", tc.target, err)
+			}
+			if done := wait(t, f, j.ID); done.Status != api.JobCompleted {
+				t.Fatalf("%s: %s %s", tc.target, done.Status, done.Error)
+			}
+			continue
+		}
+		if !api.IsStatus(err, 400) || !strings.Contains(err.Error(), tc.wantErr) {
+			t.Fatalf("%s: %v, want a 400 with %q", tc.target, err, tc.wantErr)
+		}
+	}
+}
+
+// Jobs written for the seed's API: the POST /job answer holds the resolved
+// nodes in expected; ping hostname, test succeed (with a message) and test
+// fail with a message run.
+func TestSeedCompatibility(t *testing.T) {
+	f := fleettest.Start(t, fleet.Options{Agents: 2})
+	j := submit(t, f, `
+target: {scope: all}
+strategy: continue
+tasks:
+  - {backend: ping, action: hostname}
+  - {backend: test, action: succeed}
+  - {backend: test, action: succeed, params: {message: all good}}
+  - {backend: test, action: fail, params: {message: broke on purpose}}
+`)
+	if want := []string{"node-1", "node-2"}; !slices.Equal(j.Expected, want) {
+		t.Fatalf("answer's expected %v, want %v", j.Expected, want)
+	}
+	done := wait(t, f, j.ID)
+	host, _ := os.Hostname()
+	for _, n := range []string{"node-1", "node-2"} {
+		if r := done.Results.Node(0, n); r.Status != api.StepSuccess || r.Output != host || r.Facts["hostname"] != host {
+			t.Fatalf("ping hostname on %s: %+v", n, r)
+		}
+		if r := done.Results.Node(1, n); r.Status != api.StepSuccess || r.Output == "" {
+			t.Fatalf("test succeed on %s: %+v", n, r)
+		}
+		if r := done.Results.Node(2, n); r.Status != api.StepSuccess || r.Output != "all good" {
+			t.Fatalf("test succeed with a message on %s: %+v", n, r)
+		}
+		if r := done.Results.Node(3, n); r.Status != api.StepFailed || r.Error != "broke on purpose" {
+			t.Fatalf("test fail with a message on %s: %+v", n, r)
+		}
+	}
+}
+
+// A node of the group that is offline when the target is resolved is
+// reported unreachable, not dropped; a node target that is offline fails
+// the job as unreachable.
+func TestOfflineNodeOfTargetIsUnreachable(t *testing.T) {
+	f := fleettest.Start(t, fleet.Options{Agents: 3, Groups: func(int) []string { return []string{"web"} }})
+	if err := f.StopAgent("node-2"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "node-2 offline", func() bool {
+		n, err := f.Client().GetNode(context.Background(), "node-2")
+		return err == nil && n.Status == api.NodeOffline
+	})
+	j := submitWait(t, f, "target: {scope: group, value: web}\ntasks: [{backend: ping, action: echo}]")
+	if j.Status != api.JobPartialFailure || !slices.Equal(j.Unreachable, []string{"node-2"}) {
+		t.Fatalf("job %s unreachable %v (%s), want partial_failure with node-2 unreachable", j.Status, j.Unreachable, j.Error)
+	}
+	if sum := (api.JobSummary{Targeted: 3, Reached: 2, Succeeded: 2, Unreachable: 1}); *j.Summary != sum {
+		t.Fatalf("summary %+v, want %+v", *j.Summary, sum)
+	}
+	j = submitWait(t, f, "target: {scope: node, value: node-2}\ntasks: [{backend: ping, action: echo}]")
+	if j.Status != api.JobFailed || !strings.Contains(j.Error, "unreachable") || j.Summary.Unreachable != 1 {
+		t.Fatalf("job on the offline node: %s %q %+v", j.Status, j.Error, j.Summary)
+	}
+	// Scope all means the online nodes: the offline one is not targeted.
+	if j = submitWait(t, f, "target: {scope: all}\ntasks: [{backend: ping, action: echo}]"); j.Status != api.JobCompleted {
+		t.Fatalf("job on all: %s %s", j.Status, j.Error)
+	}
+	if m := getRaw(t, f, "/metrics"); !strings.Contains(m, `grid_job_nodes_total{outcome="unreachable"} 2`) {
+		t.Fatalf("metrics lack the 2 unreachable nodes:\n%s", grepLines(m, "grid_job_nodes_total"))
+	}
+}
+
+// getRaw is this file's one raw HTTP request to the controller API.
+func getRaw(t *testing.T, f *fleet.Fleet, path string) string {
+	t.Helper()
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, f.APIURL()+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

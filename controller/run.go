@@ -353,6 +353,10 @@ func (r *run) execute() {
 		}
 		j.Error = errMsg
 	})
+	r.mu.Lock()
+	sum := *r.job.Summary
+	r.mu.Unlock()
+	r.c.metrics.observeNodes(sum)
 	r.flushFinal()
 	r.settle()
 	endJobSpan(r.span, status, errMsg)
