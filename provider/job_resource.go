@@ -43,21 +43,24 @@ type jobResource struct {
 
 // jobResourceModel maps grid_job.
 type jobResourceModel struct {
-	ID           types.String   `tfsdk:"id"`
-	Target       types.Object   `tfsdk:"target"`
-	Strategy     types.String   `tfsdk:"strategy"`
-	Timeout      types.String   `tfsdk:"timeout"`
-	CheckMode    types.Bool     `tfsdk:"check_mode"`
-	Tasks        types.List     `tfsdk:"tasks"`
-	Triggers     types.Map      `tfsdk:"triggers"`
-	Wait         types.Bool     `tfsdk:"wait"`
-	AllowEmpty   types.Bool     `tfsdk:"allow_empty"`
-	DestroyTasks types.List     `tfsdk:"destroy_tasks"`
-	Status       types.String   `tfsdk:"status"`
-	Nodes        types.List     `tfsdk:"nodes"`
-	Results      types.List     `tfsdk:"results"`
-	CreatedAt    types.String   `tfsdk:"created_at"`
-	Timeouts     timeouts.Value `tfsdk:"timeouts"`
+	ID        types.String `tfsdk:"id"`
+	Target    types.Object `tfsdk:"target"`
+	Strategy  types.String `tfsdk:"strategy"`
+	Timeout   types.String `tfsdk:"timeout"`
+	CheckMode types.Bool   `tfsdk:"check_mode"`
+	// MaxConcurrency and MaxErrors are the job's rollout limits.
+	MaxConcurrency types.String   `tfsdk:"max_concurrency"`
+	MaxErrors      types.String   `tfsdk:"max_errors"`
+	Tasks          types.List     `tfsdk:"tasks"`
+	Triggers       types.Map      `tfsdk:"triggers"`
+	Wait           types.Bool     `tfsdk:"wait"`
+	AllowEmpty     types.Bool     `tfsdk:"allow_empty"`
+	DestroyTasks   types.List     `tfsdk:"destroy_tasks"`
+	Status         types.String   `tfsdk:"status"`
+	Nodes          types.List     `tfsdk:"nodes"`
+	Results        types.List     `tfsdk:"results"`
+	CreatedAt      types.String   `tfsdk:"created_at"`
+	Timeouts       timeouts.Value `tfsdk:"timeouts"`
 }
 
 func (r *jobResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
@@ -81,11 +84,13 @@ func specFrom(ctx context.Context, m *jobResourceModel, tasks types.List) (*api.
 	tree, d := readTasks(ctx, tasks, path.Root("tasks"), "tasks", false)
 	diags.Append(d...)
 	return &api.JobSpec{
-		Target:    target,
-		Tasks:     tree.Phases,
-		Strategy:  api.Strategy(m.Strategy.ValueString()),
-		Timeout:   m.Timeout.ValueString(),
-		CheckMode: m.CheckMode.ValueBool(),
+		Target:         target,
+		Tasks:          tree.Phases,
+		Strategy:       api.Strategy(m.Strategy.ValueString()),
+		Timeout:        m.Timeout.ValueString(),
+		CheckMode:      m.CheckMode.ValueBool(),
+		MaxConcurrency: limitFrom(m.MaxConcurrency),
+		MaxErrors:      limitFrom(m.MaxErrors),
 	}, diags
 }
 
@@ -203,6 +208,8 @@ func fillSpec(m *jobResourceModel, job *api.Job) diag.Diagnostics {
 	m.Strategy = types.StringValue(string(strategy))
 	m.Timeout = optString(job.Timeout)
 	m.CheckMode = types.BoolValue(job.CheckMode)
+	m.MaxConcurrency = limitValue(job.MaxConcurrency)
+	m.MaxErrors = limitValue(job.MaxErrors)
 	tasks, diags := tasksValue(job.Tasks)
 	m.Tasks = tasks
 	m.Triggers = types.MapNull(types.StringType)

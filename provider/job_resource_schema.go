@@ -68,6 +68,16 @@ func leafSchemaAttributes(top bool) map[string]schema.Attribute {
 // barrier steps, an element with nested tasks is a per-node pipeline.
 func tasksSchemaAttribute(desc string, required bool, mods []planmodifier.List) schema.ListNestedAttribute {
 	top := leafSchemaAttributes(true)
+	top["max_concurrency"] = schema.StringAttribute{
+		MarkdownDescription: "Most nodes that run this step (or this whole pipeline) at once: a count (`3`) or a percentage of the nodes (`10%`, rounded down, at least 1). Overrides the job's `max_concurrency`.",
+		Optional:            true,
+		Validators:          []validator.String{limitValidator{zeroOK: false}},
+	}
+	top["max_errors"] = schema.StringAttribute{
+		MarkdownDescription: "Nodes that may fail (or become unreachable) in this step or pipeline before no new node starts: a count or a percentage (rounded down). Overrides the job's `max_errors`.",
+		Optional:            true,
+		Validators:          []validator.String{limitValidator{zeroOK: true}},
+	}
 	top["tasks"] = schema.ListNestedAttribute{
 		MarkdownDescription: "A per-node pipeline: these tasks run in order on each node, and each node advances on its own " +
 			"result. An element sets either `backend`/`action` or `tasks`. A pipeline cannot contain another pipeline.",
@@ -140,6 +150,18 @@ func (r *jobResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp
 				Computed:            true,
 				Default:             booldefault.StaticBool(false),
 				PlanModifiers:       []planmodifier.Bool{boolplanmodifier.RequiresReplace()},
+			},
+			"max_concurrency": schema.StringAttribute{
+				MarkdownDescription: "Rolling execution: most nodes that run a step (or a whole pipeline) at once, as a count (`3`) or a percentage of the step's nodes (`10%`, rounded down, at least 1). Without it every node runs at once.",
+				Optional:            true,
+				Validators:          []validator.String{limitValidator{zeroOK: false}},
+				PlanModifiers:       []planmodifier.String{stringplanmodifier.RequiresReplace()},
+			},
+			"max_errors": schema.StringAttribute{
+				MarkdownDescription: "Rolling execution: how many nodes of a step may fail or become unreachable (a count or a percentage, rounded down) before no new node starts; nodes in flight finish, the rest are recorded `not_started` and the job fails. Failures within it leave the job `partial_failure`. Without it the strategy alone decides.",
+				Optional:            true,
+				Validators:          []validator.String{limitValidator{zeroOK: true}},
+				PlanModifiers:       []planmodifier.String{stringplanmodifier.RequiresReplace()},
 			},
 			"tasks": tasksSchemaAttribute("The steps of the job, in order. An element with `backend` and `action` is a barrier step: "+
 				"every node finishes it before any node starts the next. An element with nested `tasks` is a per-node pipeline.",

@@ -1,0 +1,96 @@
+package provider
+
+import (
+	"regexp"
+	"testing"
+
+	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
+
+	"github.com/gridfleet/terraform-provider-grid/agent"
+	"github.com/gridfleet/terraform-provider-grid/internal/fleet"
+	"github.com/gridfleet/terraform-provider-grid/internal/fleet/fleettest"
+)
+
+// grid_job with rolling limits: bad limits are refused at validate time,
+// a rollout that passes max_errors fails the apply naming the nodes it
+// never started, and one within it records them.
+func TestAccJobResource_rollout(t *testing.T) {
+	f := testAccFleet(t, 3)
+	addr := f.APIURL()
+	const res = "grid_job.test"
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		Steps: []resource.TestStep{
+			{
+				Config: jobConfig(addr, `
+  target          = { scope = "all" }
+  max_concurrency = "0"
+  tasks           = [{ backend = "ping", action = "echo" }]
+`),
+				ExpectError: regexp.MustCompile(`(?s)Invalid Rollout Limit.*max_concurrency: 0: must be at least 1`),
+			},
+			{
+				Config: jobConfig(addr, `
+  target = { scope = "all" }
+  tasks  = [{ backend = "ping", action = "echo", max_errors = "lots" }]
+`),
+				ExpectError: regexp.MustCompile(`(?s)Invalid Rollout Limit.*"lots" is not a count or a percentage`),
+			},
+			{
+				Config: jobConfig(addr, `
+  target          = { scope = "all" }
+  max_concurrency = "1"
+  max_errors      = "0"
+  tasks           = [{ backend = "test", action = "fail", params = { message = "bad package" } }]
+`),
+				ExpectError: regexp.MustCompile(`(?s)max_errors 0 exceeded at\s+tasks\[0\].*node node-1, step 0 \(test\.fail\): bad package.*Not started \(max_errors exceeded\): node-2, node-3`),
+			},
+			{
+				Config: jobConfig(addr, `
+  target          = { scope = "all" }
+  max_concurrency = "34%"
+  tasks = [
+    { backend = "ping", action = "echo", max_errors = "1" },
+  ]
+`),
+				Check: resource.ComposeAggregateTestCheckFunc(
+					resource.TestCheckResourceAttr(res, "status", "completed"),
+					resource.TestCheckResourceAttr(res, "max_concurrency", "34%"),
+					resource.TestCheckResourceAttr(res, "tasks.0.max_errors", "1"),
+				),
+			},
+		},
+	})
+}
+
+// Plan checks the tasks against the nodes the target selects: node-1's
+// allow list has ping.echo only, so ping.sleep on group web (node-1) is
+// refused at plan time naming node-1, though node-2 offers it.
+func TestAccJobResource_targetedValidation(t *testing.T) {
+	testAccPreCheck(t)
+	f := fleettest.Start(t, fleet.Options{Agents: 2, Agent: func(i int, c *agent.Config) {
+		if i == 0 {
+			c.Allow = []string{"ping.echo"}
+		}
+	}})
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		Steps: []resource.TestStep{
+			{
+				Config: jobConfig(f.APIURL(), `
+  target = { scope = "group", value = "web" }
+  tasks  = [{ backend = "ping", action = "sleep", params = { duration = "1ms" } }]
+`),
+				PlanOnly:    true,
+				ExpectError: regexp.MustCompile(`(?s)Task Not Offered By Targeted Nodes.*1 targeted node\(s\) cannot run\s+ping\.sleep:\s+node-1`),
+			},
+			{
+				Config: jobConfig(f.APIURL(), `
+  target = { scope = "group", value = "db" }
+  tasks  = [{ backend = "ping", action = "sleep", params = { duration = "1ms" } }]
+`),
+				Check: resource.TestCheckResourceAttr("grid_job.test", "status", "completed"),
+			},
+		},
+	})
+}
