@@ -49,9 +49,12 @@ type jobResourceModel struct {
 	Timeout   types.String `tfsdk:"timeout"`
 	CheckMode types.Bool   `tfsdk:"check_mode"`
 	// MaxConcurrency and MaxErrors are the job's rollout limits.
-	MaxConcurrency types.String   `tfsdk:"max_concurrency"`
-	MaxErrors      types.String   `tfsdk:"max_errors"`
-	Tasks          types.List     `tfsdk:"tasks"`
+	MaxConcurrency types.String `tfsdk:"max_concurrency"`
+	MaxErrors      types.String `tfsdk:"max_errors"`
+	Tasks          types.List   `tfsdk:"tasks"`
+	// Converge and ConvergedNodes: see provider/job_converge.go.
+	Converge       types.Bool     `tfsdk:"converge"`
+	ConvergedNodes types.List     `tfsdk:"converged_nodes"`
 	Triggers       types.Map      `tfsdk:"triggers"`
 	Wait           types.Bool     `tfsdk:"wait"`
 	AllowEmpty     types.Bool     `tfsdk:"allow_empty"`
@@ -132,6 +135,7 @@ func (r *jobResource) Create(ctx context.Context, req resource.CreateRequest, re
 		return
 	}
 	resp.Diagnostics.Append(setJob(&plan, job)...)
+	plan.ConvergedNodes = nodesValue(succeededNodes(job))
 	if !wait && !planned.IsUnknown() {
 		// The controller resolves the target when it starts the job, after
 		// this returns; until a refresh, the planned nodes stand.
@@ -210,6 +214,8 @@ func fillSpec(m *jobResourceModel, job *api.Job) diag.Diagnostics {
 	m.CheckMode = types.BoolValue(job.CheckMode)
 	m.MaxConcurrency = limitValue(job.MaxConcurrency)
 	m.MaxErrors = limitValue(job.MaxErrors)
+	m.Converge = types.BoolValue(false)
+	m.ConvergedNodes = nodesValue(succeededNodes(job))
 	tasks, diags := tasksValue(job.Tasks)
 	m.Tasks = tasks
 	m.Triggers = types.MapNull(types.StringType)
@@ -229,6 +235,7 @@ func (r *jobResource) Update(ctx context.Context, req resource.UpdateRequest, re
 		return
 	}
 	plan.ID, plan.Status, plan.Nodes, plan.Results, plan.CreatedAt = state.ID, state.Status, state.Nodes, state.Results, state.CreatedAt
+	r.converge(ctx, &plan, &state, &resp.Diagnostics)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
 }
 

@@ -188,6 +188,18 @@ func (r *jobResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp
 				"the node the job ran on) with the same strategy and check mode. Destroy waits for them; if they fail, the destroy fails "+
 				"and the resource stays in state. Without them, destroying only forgets the job.",
 				false, nil),
+			"converge": schema.BoolAttribute{
+				MarkdownDescription: "Keep the target converged: every plan resolves the target again, and nodes that now match but have not run the current tasks successfully (a new agent in the group) show as a change of `converged_nodes`; apply runs the tasks on those nodes alone (one job per node) and records them. Nodes that left the target drop out of `converged_nodes`. Not for scope `any`. Defaults to `false`.",
+				Optional:            true,
+				Computed:            true,
+				Default:             booldefault.StaticBool(false),
+			},
+			"converged_nodes": schema.ListAttribute{
+				MarkdownDescription: "Ids of the nodes that ran the current tasks successfully, sorted. With `converge`, a plan shows the nodes it will run on as additions here.",
+				ElementType:         types.StringType,
+				Computed:            true,
+				PlanModifiers:       []planmodifier.List{listplanmodifier.UseStateForUnknown()},
+			},
 			"status": schema.StringAttribute{
 				MarkdownDescription: "Job status: `pending`, `running`, `completed`, `failed`, `partial_failure` or `cancelled`.",
 				Computed:            true,

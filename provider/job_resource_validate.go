@@ -158,9 +158,16 @@ func (r *jobResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanReq
 		return
 	}
 	// A create submits the job. An in-place update submits nothing, but
-	// may set new destroy_tasks, which are checked too. (A replacement is
-	// planned again as a create, with a null state.)
+	// may set new destroy_tasks, which are checked too, and may converge
+	// the target. (A replacement is planned again as a create, with a null
+	// state.)
 	creating := req.State.Raw.IsNull()
+	if !creating {
+		r.planConverge(ctx, req, resp, &plan)
+		if resp.Diagnostics.HasError() {
+			return
+		}
+	}
 	lists := []string{"tasks", "destroy_tasks"}
 	if !creating {
 		var prior types.List

@@ -1,10 +1,15 @@
 package provider
 
 import (
+	"context"
+	"fmt"
 	"regexp"
+	"slices"
 	"testing"
 
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
+	"github.com/hashicorp/terraform-plugin-testing/plancheck"
+	"github.com/hashicorp/terraform-plugin-testing/terraform"
 
 	"github.com/gridfleet/terraform-provider-grid/agent"
 	"github.com/gridfleet/terraform-provider-grid/internal/fleet"
@@ -90,6 +95,67 @@ func TestAccJobResource_targetedValidation(t *testing.T) {
   tasks  = [{ backend = "ping", action = "sleep", params = { duration = "1ms" } }]
 `),
 				Check: resource.TestCheckResourceAttr("grid_job.test", "status", "completed"),
+			},
+		},
+	})
+}
+
+// converge = true: a node that joins the target after apply shows in the
+// plan as an update of converged_nodes; apply runs the job on it alone;
+// the next plan is empty.
+func TestAccJobResource_converge(t *testing.T) {
+	testAccPreCheck(t)
+	f := fleettest.Start(t, fleet.Options{Agents: 2, Groups: func(int) []string { return []string{"web.dev"} }})
+	const res = "grid_job.test"
+	cfg := jobConfig(f.APIURL(), `
+  target   = { scope = "group", value = "web" }
+  converge = true
+  tasks    = [{ backend = "ping", action = "echo", params = { message = "configured" } }]
+`)
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		Steps: []resource.TestStep{
+			{
+				Config: cfg,
+				Check: resource.ComposeAggregateTestCheckFunc(
+					resource.TestCheckResourceAttr(res, "converged_nodes.#", "2"),
+					resource.TestCheckResourceAttr(res, "converged_nodes.0", "node-1"),
+					resource.TestCheckResourceAttr(res, "converged_nodes.1", "node-2"),
+				),
+			},
+			{
+				PreConfig: func() {
+					ctx := context.Background()
+					if _, err := f.AddAgent(ctx, []string{"web.dev"}); err != nil {
+						t.Fatal(err)
+					}
+					if err := f.WaitOnline(ctx, "node-3"); err != nil {
+						t.Fatal(err)
+					}
+				},
+				Config: cfg,
+				ConfigPlanChecks: resource.ConfigPlanChecks{
+					PreApply: []plancheck.PlanCheck{plancheck.ExpectResourceAction(res, plancheck.ResourceActionUpdate)},
+				},
+				Check: resource.ComposeAggregateTestCheckFunc(
+					resource.TestCheckResourceAttr(res, "converged_nodes.#", "3"),
+					resource.TestCheckResourceAttr(res, "converged_nodes.2", "node-3"),
+					func(*terraform.State) error {
+						// The newest job ran on node-3 alone.
+						jobs, err := f.Client().ListJobs(context.Background())
+						if err != nil {
+							return err
+						}
+						if len(jobs) != 2 || jobs[0].Target.String() != "node:node-3" || !slices.Equal(jobs[0].Expected, []string{"node-3"}) {
+							return fmt.Errorf("jobs %d, newest on %s %v; want 2 with the newest on node-3 alone", len(jobs), jobs[0].Target, jobs[0].Expected)
+						}
+						return nil
+					},
+				),
+			},
+			{
+				Config:   cfg,
+				PlanOnly: true,
 			},
 		},
 	})
