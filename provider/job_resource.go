@@ -53,8 +53,12 @@ type jobResourceModel struct {
 	MaxErrors      types.String `tfsdk:"max_errors"`
 	Tasks          types.List   `tfsdk:"tasks"`
 	// Converge and ConvergedNodes: see provider/job_converge.go.
-	Converge       types.Bool     `tfsdk:"converge"`
-	ConvergedNodes types.List     `tfsdk:"converged_nodes"`
+	Converge       types.Bool `tfsdk:"converge"`
+	ConvergedNodes types.List `tfsdk:"converged_nodes"`
+	// Preview, PreviewNodes and PreviewSummary: see provider/job_preview.go.
+	Preview        types.Bool     `tfsdk:"preview"`
+	PreviewNodes   types.Map      `tfsdk:"preview_nodes"`
+	PreviewSummary types.String   `tfsdk:"preview_summary"`
 	Triggers       types.Map      `tfsdk:"triggers"`
 	Wait           types.Bool     `tfsdk:"wait"`
 	AllowEmpty     types.Bool     `tfsdk:"allow_empty"`
@@ -129,6 +133,12 @@ func (r *jobResource) Create(ctx context.Context, req resource.CreateRequest, re
 	}
 
 	planned := plan.Nodes
+	if plan.PreviewNodes.IsUnknown() {
+		plan.PreviewNodes = types.MapNull(previewNodesType.ElemType)
+	}
+	if plan.PreviewSummary.IsUnknown() {
+		plan.PreviewSummary = types.StringNull()
+	}
 	wait := plan.Wait.ValueBool()
 	job := r.runJob(ctx, spec, wait, waitFor, "Submit Job Error", &resp.Diagnostics)
 	if job == nil {
@@ -215,6 +225,9 @@ func fillSpec(m *jobResourceModel, job *api.Job) diag.Diagnostics {
 	m.MaxConcurrency = limitValue(job.MaxConcurrency)
 	m.MaxErrors = limitValue(job.MaxErrors)
 	m.Converge = types.BoolValue(false)
+	m.Preview = types.BoolValue(false)
+	m.PreviewNodes = types.MapNull(previewNodesType.ElemType)
+	m.PreviewSummary = types.StringNull()
 	m.ConvergedNodes = nodesValue(succeededNodes(job))
 	tasks, diags := tasksValue(job.Tasks)
 	m.Tasks = tasks

@@ -194,6 +194,23 @@ func (r *jobResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp
 				Computed:            true,
 				Default:             booldefault.StaticBool(false),
 			},
+			"preview": schema.BoolAttribute{
+				MarkdownDescription: "Plan previews: when a plan creates (or replaces) the job, it first runs the tasks in check mode on the target — actions report what they would change and change nothing — and shows the outcome in `preview_nodes` and `preview_summary`. Every action must support check mode; a plan with one that does not is refused. Defaults to `false`.",
+				Optional:            true,
+				Computed:            true,
+				Default:             booldefault.StaticBool(false),
+			},
+			"preview_nodes": schema.MapAttribute{
+				MarkdownDescription: "With `preview`: for each node of the target, the steps (`backend.action`) that would change it; an empty list when nothing would.",
+				ElementType:         types.ListType{ElemType: types.StringType},
+				Computed:            true,
+				PlanModifiers:       []planmodifier.Map{mapplanmodifier.UseStateForUnknown()},
+			},
+			"preview_summary": schema.StringAttribute{
+				MarkdownDescription: "With `preview`: one line per step, such as `apt.install would change 3 of 5 nodes`.",
+				Computed:            true,
+				PlanModifiers:       []planmodifier.String{stringplanmodifier.UseStateForUnknown()},
+			},
 			"converged_nodes": schema.ListAttribute{
 				MarkdownDescription: "Ids of the nodes that ran the current tasks successfully, sorted. With `converge`, a plan shows the nodes it will run on as additions here.",
 				ElementType:         types.StringType,

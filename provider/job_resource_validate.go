@@ -230,6 +230,22 @@ func (r *jobResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanReq
 	if target.Scope != api.ScopeAny {
 		r.validateOnTargeted(ctx, nodes, ids, leaves, checkMode, &resp.Diagnostics)
 	}
+	if plan.Preview.ValueBool() && !resp.Diagnostics.HasError() && len(ids) > 0 {
+		var tasksOnly []specLeaf
+		for _, l := range leaves {
+			if !strings.HasPrefix(l.Field, "destroy_tasks") {
+				tasksOnly = append(tasksOnly, l)
+			}
+		}
+		nodesMap, summary, ok := r.planPreview(ctx, &plan, tasksOnly, cat, &resp.Diagnostics)
+		if !ok {
+			return
+		}
+		resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, previewNodesPath, nodesMap)...)
+		resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, previewSummaryPath, summary)...)
+		resp.Diagnostics.AddWarning("Preview: "+summary.ValueString(), "A check-mode run of the tasks on the target found this; "+
+			"preview_nodes lists per node the steps that would change it. Nothing was changed.")
+	}
 	if target.Scope == api.ScopeAny || resp.Diagnostics.HasError() {
 		// For any, the controller picks the node when the job runs.
 		return

@@ -3,15 +3,21 @@ package provider
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
+	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
 	"github.com/hashicorp/terraform-plugin-testing/plancheck"
 	"github.com/hashicorp/terraform-plugin-testing/terraform"
+	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
 
 	"github.com/gridfleet/terraform-provider-grid/agent"
+	"github.com/gridfleet/terraform-provider-grid/api"
 	"github.com/gridfleet/terraform-provider-grid/internal/fleet"
 	"github.com/gridfleet/terraform-provider-grid/internal/fleet/fleettest"
 )
@@ -159,4 +165,66 @@ func TestAccJobResource_converge(t *testing.T) {
 			},
 		},
 	})
+}
+
+// fileAbsent is a plan check that a file does not exist yet: the plan
+// (with its check-mode preview run) changed nothing on the host.
+type fileAbsent string
+
+func (p fileAbsent) CheckPlan(_ context.Context, _ plancheck.CheckPlanRequest, resp *plancheck.CheckPlanResponse) {
+	if _, err := os.Stat(string(p)); err == nil {
+		resp.Error = fmt.Errorf("plan changed the host: %s exists", p)
+	}
+}
+
+// preview = true: the plan runs the tasks in check mode and shows what
+// would change per node; nothing changes until apply.
+func TestAccJobResource_preview(t *testing.T) {
+	f := testAccFleet(t, 2)
+	const res = "grid_job.test"
+	file := filepath.Join(f.DataDir(), "agents", "node-1", "sandbox", "motd")
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		Steps: []resource.TestStep{
+			{
+				Config: jobConfig(f.APIURL(), fmt.Sprintf(`
+  target  = { scope = "node", value = "node-1" }
+  preview = true
+  tasks = [
+    { backend = "ping", action = "echo" },
+    { backend = "file", action = "write", params = { path = %q, content = "hello" } },
+  ]
+`, file)),
+				ConfigPlanChecks: resource.ConfigPlanChecks{
+					PreApply: []plancheck.PlanCheck{
+						fileAbsent(file),
+						plancheck.ExpectKnownValue(res, tfjsonpath.New("preview_summary"),
+							knownvalue.StringExact("ping.echo would change 0 of 1 nodes; file.write would change 1 of 1 nodes")),
+						plancheck.ExpectKnownValue(res, tfjsonpath.New("preview_nodes"), knownvalue.MapExact(map[string]knownvalue.Check{
+							"node-1": knownvalue.ListExact([]knownvalue.Check{knownvalue.StringExact("file.write")}),
+						})),
+					},
+				},
+				Check: func(*terraform.State) error {
+					if b, err := os.ReadFile(file); err != nil || string(b) != "hello" {
+						return fmt.Errorf("after apply the file holds %q (%v), want hello", b, err)
+					}
+					return nil
+				},
+			},
+		},
+	})
+}
+
+func TestPreviewRefusesActionsWithoutCheckMode(t *testing.T) {
+	cat := &api.Catalog{Backends: []api.BackendSchema{{Name: "exec", Actions: []api.ActionSchema{{Name: "run"}}},
+		{Name: "ping", Actions: []api.ActionSchema{{Name: "echo", CheckMode: true}}}}}
+	leaves := []specLeaf{
+		{Field: "tasks[0]", Task: api.Task{Backend: "ping", Action: "echo"}},
+		{Field: "tasks[1]", Task: api.Task{Backend: "exec", Action: "run"}},
+	}
+	got := previewRefusals(cat, leaves)
+	if len(got) != 1 || !strings.Contains(got[1], "tasks[1]: exec.run has no check mode") {
+		t.Fatalf("refusals %v, want one for tasks[1] exec.run", got)
+	}
 }
