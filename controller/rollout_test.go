@@ -86,6 +86,13 @@ func TestRolloutMaxErrorsBoundaries(t *testing.T) {
 		{name: "10% rounds to 0 errors and 1 slot", f: oneBad, dir: oneBadDir, limits: "max_concurrency: 10%\nmax_errors: 10%",
 			wantStatus: api.JobFailed, want: []string{ok, failed, notStarted, notStarted, notStarted, notStarted},
 			wantSum: api.JobSummary{Targeted: 6, Reached: 2, Succeeded: 1, Failed: 1, NotStarted: 4}},
+		// A pipeline's limits, at the threshold and one over.
+		{name: "pipeline at the threshold", f: oneBad, dir: oneBadDir, limits: "\npipeline: {max_concurrency: 1, max_errors: 1}",
+			wantStatus: api.JobPartialFailure, want: []string{ok, failed, ok, ok, ok, ok},
+			wantSum: api.JobSummary{Targeted: 6, Reached: 6, Succeeded: 5, Failed: 1}},
+		{name: "pipeline one over", f: twoBad, dir: twoBadDir, limits: "\npipeline: {max_concurrency: 1, max_errors: 1}",
+			wantStatus: api.JobFailed, want: []string{ok, failed, ok, failed, notStarted, notStarted},
+			wantSum: api.JobSummary{Targeted: 6, Reached: 4, Succeeded: 2, Failed: 2, NotStarted: 2}},
 		// The step's own limits override the job's.
 		{name: "per step overrides the job", f: twoBad, dir: twoBadDir, limits: "max_concurrency: 6\nmax_errors: 0\nstep: {max_concurrency: 1, max_errors: 2}",
 			wantStatus: api.JobPartialFailure, want: []string{ok, failed, ok, failed, ok, ok},
@@ -94,12 +101,17 @@ func TestRolloutMaxErrorsBoundaries(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			jobLimits, stepLimits, _ := strings.Cut(tt.limits, "\nstep: ")
+			jobLimits, pipeLimits, _ := strings.Cut(jobLimits, "\npipeline: ")
 			task := "{backend: ping, action: echo}"
 			if tt.dir != "" {
 				task = fmt.Sprintf("{backend: file, action: write, params: {path: %q, content: \"v2\\n\"}}", filepath.Join(tt.dir, "app.conf"))
 			}
 			if stepLimits != "" {
 				task = strings.TrimSuffix(task, "}") + ", " + strings.Trim(stepLimits, "{}") + "}"
+			}
+			if pipeLimits != "" {
+				// A one-step pipeline: each node advances on its own.
+				task = "{" + strings.Trim(pipeLimits, "{}") + ", tasks: [" + task + "]}"
 			}
 			j := submitWait(t, tt.f, fmt.Sprintf("target: {scope: all}\n%s\ntasks:\n  - %s\n", jobLimits, task))
 			got := statuses(j, 0)
