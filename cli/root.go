@@ -27,6 +27,10 @@ const (
 	// ExitUsage: the input was rejected (bad flags, malformed job file, or
 	// a 400 from the controller).
 	ExitUsage = 2
+	// ExitUnreachable: the job did not complete, and the only nodes that
+	// kept it from completing were unreachable (offline when the target
+	// was resolved, or went away during a step); no node failed.
+	ExitUnreachable = 3
 )
 
 // exitError carries an exit code up to Execute. Commands return it so that

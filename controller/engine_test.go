@@ -472,8 +472,8 @@ tasks:
 	}
 	j = wait(t, f, j.ID)
 	r := j.Results.Node(0, "node-2")
-	if r.Status != api.StepFailed || !strings.Contains(r.Error, "unreachable") {
-		t.Fatalf("lost node result %+v, want unreachable failure", r)
+	if r.Status != api.StepUnreachable || !strings.Contains(r.Error, "went offline") {
+		t.Fatalf("lost node result %+v, want unreachable", r)
 	}
 	if j.Status != api.JobPartialFailure {
 		t.Fatalf("status %s, want partial_failure", j.Status)

@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -99,6 +101,13 @@ func (c *Controller) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusForbidden, err.Error())
 		return
 	}
+	// The answer shows the nodes the target resolves to now (the seed's
+	// API did); the job resolves it again when it starts.
+	online, offline := c.reg.preview(job.Target)
+	if err := validateOnNodes(job, c.reg.catalogsOf(online)); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
 	pending, err := c.pendingCount(r.Context(), c.cfg.MaxPending)
 	if err != nil {
 		writeError(w, http.StatusServiceUnavailable, err.Error())
@@ -114,7 +123,10 @@ func (c *Controller) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	job.ID = newJobID()
 	job.Status = api.JobPending
 	job.SubmittedBy = by.Name
-	job.Expected = []string{}
+	job.Expected, job.Unreachable = online, offline
+	if job.Expected == nil {
+		job.Expected = []string{}
+	}
 	job.CreatedAt, job.UpdatedAt = now, now
 	if job.Strategy == "" {
 		job.Strategy = api.StrategyFailFast
@@ -152,6 +164,43 @@ func (c *Controller) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	c.metrics.jobsSubmitted.Inc()
 	jobLogger(c.log, job).Info("job submitted", "by", by.Name, "target", job.Target.String(), "steps", api.LeafCount(job.Tasks))
 	writeJSON(w, http.StatusAccepted, job)
+}
+
+// maxNamedNodes bounds how many nodes an error names.
+const maxNamedNodes = 10
+
+// validateOnNodes checks every step of the job against the schemas of the
+// nodes the target resolves to, not the union of all nodes: a node that
+// does not offer an action (or whose allowlist refuses it) cannot run it,
+// whatever other nodes offer. The error names the step and the nodes.
+func validateOnNodes(job *api.Job, cats []nodeCatalog) error {
+	for _, s := range api.Flatten(job.Tasks) {
+		var bad []string
+		var first error
+		for _, nc := range cats {
+			if err := nc.cat.ValidateTask(s.Path, s.Task, job.CheckMode); err != nil {
+				bad = append(bad, nc.nodes...)
+				if first == nil {
+					first = err
+				}
+			}
+		}
+		if len(bad) == 0 {
+			continue
+		}
+		slices.Sort(bad)
+		names := strings.Join(bad[:min(len(bad), maxNamedNodes)], ", ")
+		if len(bad) > maxNamedNodes {
+			names += fmt.Sprintf(" and %d more", len(bad)-maxNamedNodes)
+		}
+		msg := first.Error()
+		var ve *api.ValidationError
+		if errors.As(first, &ve) {
+			msg = ve.Msg
+		}
+		return &api.ValidationError{Field: s.Path, Msg: fmt.Sprintf("%d targeted node(s) cannot run %s: %s (%s)", len(bad), s.Task.Name(), names, msg)}
+	}
+	return nil
 }
 
 // catalogCache keeps the merged schemas of online nodes for submissions:

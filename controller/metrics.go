@@ -26,6 +26,8 @@ type metrics struct {
 	retries           *prometheus.CounterVec
 	heartbeats        prometheus.Counter
 	apiRefused        *prometheus.CounterVec
+	// jobNodes counts the nodes of finished jobs by outcome.
+	jobNodes *prometheus.CounterVec
 }
 
 func newMetrics(c *Controller) *metrics {
@@ -60,7 +62,7 @@ func newMetrics(c *Controller) *metrics {
 		}),
 		taskResults: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "grid_task_results_total",
-			Help: "Final task results received from agents (success, failed) or declared by the controller (lost: timeout or node offline), by backend and action.",
+			Help: "Final task results received from agents (success, failed) or declared by the controller (lost: timeout; unreachable: the node went offline), by backend and action.",
 		}, []string{"backend", "action", "status"}),
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "grid_task_retries_total",
@@ -74,9 +76,13 @@ func newMetrics(c *Controller) *metrics {
 			Name: "grid_api_refused_total",
 			Help: "API calls refused for their token: Unauthorized (missing, unknown or revoked) or Forbidden (role too weak).",
 		}, []string{"reason"}),
+		jobNodes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "grid_job_nodes_total",
+			Help: "Nodes of the jobs this controller finished, by outcome (targeted, succeeded, failed, unreachable, not_started).",
+		}, []string{"outcome"}),
 	}
 	m.reg.MustRegister(m.jobsSubmitted, m.jobsFinished, m.admissionRejected, m.jobDuration,
-		m.stepDuration, m.firstResult, m.taskResults, m.retries, m.heartbeats, m.apiRefused,
+		m.stepDuration, m.firstResult, m.taskResults, m.retries, m.heartbeats, m.apiRefused, m.jobNodes,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "grid_jobs_running",
 			Help: "Jobs this controller is running.",
@@ -235,4 +241,13 @@ func (m *metrics) observeJob(started, finished *time.Time, status api.JobStatus)
 		}
 		m.jobDuration.WithLabelValues(string(status)).Observe(end.Sub(*started).Seconds())
 	}
+}
+
+// observeNodes counts a finished job's nodes by outcome.
+func (m *metrics) observeNodes(s api.JobSummary) {
+	m.jobNodes.WithLabelValues("targeted").Add(float64(s.Targeted))
+	m.jobNodes.WithLabelValues("succeeded").Add(float64(s.Succeeded))
+	m.jobNodes.WithLabelValues("failed").Add(float64(s.Failed))
+	m.jobNodes.WithLabelValues(api.StepUnreachable).Add(float64(s.Unreachable))
+	m.jobNodes.WithLabelValues(api.StepNotStarted).Add(float64(s.NotStarted))
 }
