@@ -384,6 +384,7 @@ func getRaw(t *testing.T, f *fleet.Fleet, path string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	req.Header.Set("Authorization", "Bearer "+f.AdminToken())
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
