@@ -220,7 +220,6 @@ func within(p, prefix string) bool {
 	return p == prefix || prefix == "/" || strings.HasPrefix(p, prefix+string(filepath.Separator))
 }
 
-
 func (b *Backend) write(req *backends.Request, root *os.Root, rel string) (*backends.Result, error) {
 	data := []byte(req.Params["content"])
 	if req.Params["encoding"] == "base64" {
