@@ -151,8 +151,14 @@ func (p ParamSchema) CheckValue(v string) error {
 			return fmt.Errorf("%q is not a boolean (true or false)", v)
 		}
 	case TypeDuration:
-		if _, err := time.ParseDuration(v); err != nil {
+		d, err := time.ParseDuration(v)
+		if err != nil {
 			return fmt.Errorf("%q is not a duration (examples: 500ms, 30s, 5m)", v)
+		}
+		// No action has a use for a negative duration; a sleep or a
+		// timeout of -5s is a typo that must not pass as "at once".
+		if d < 0 {
+			return fmt.Errorf("%q is negative; want a duration of zero or more", v)
 		}
 	}
 	if strings.ContainsRune(v, 0) {
