@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -27,9 +28,6 @@ const (
 	// abandonAfter is how long a backend may ignore its cancelled context
 	// before the agent reports the failure without it.
 	abandonAfter = 5 * time.Second
-	// maxOutput caps a result's output so a chatty backend cannot exceed
-	// the server's payload limit.
-	maxOutput = 1 << 20
 	// publishFor bounds how long a final result is retried: long enough
 	// for a clustered results stream to elect a new leader after a server
 	// fails (several seconds, during which a publish finds no stream).
@@ -217,20 +215,27 @@ func (a *Agent) execute(t *task) (*backends.Result, chan struct{}, error) {
 // finish publishes the final result of a task.
 func (a *Agent) finish(t *task, start time.Time, res *backends.Result, err error) {
 	r := api.TaskResult{Status: api.StepSuccess, Duration: api.Duration(time.Since(start))}
+	limit := a.cfg.MaxOutputBytes
 	if res != nil {
-		r.Output = truncate(res.Output)
+		r.Output = a.truncate(res.Output, &r.Truncated)
 		r.Changed = res.Changed
 		r.Facts = res.Facts
 	}
 	if err != nil {
 		r.Status = api.StepFailed
-		r.Error = truncate(err.Error())
+		r.Error = a.truncate(err.Error(), &r.Truncated)
 		r.Cancelled = errors.Is(context.Cause(t.ctx), errJobCancelled)
 	}
 	if r.Facts != nil {
-		if _, ferr := json.Marshal(r.Facts); ferr != nil {
+		// Facts count against the same cap: a backend's facts are small
+		// by design, so ones that are not are dropped, not cut.
+		if fb, ferr := json.Marshal(r.Facts); ferr != nil {
 			t.log.Warn("dropping facts that do not encode as JSON", "err", ferr)
 			r.Facts = nil
+		} else if len(fb) > limit {
+			t.log.Warn("dropping facts larger than max_output_bytes", "bytes", len(fb), "max_output_bytes", limit)
+			r.Facts = map[string]any{"truncated": fmt.Sprintf("facts of %d bytes dropped (max_output_bytes %d)", len(fb), limit)}
+			r.Truncated = true
 		}
 	}
 	if !t.started.IsZero() {
@@ -248,11 +253,25 @@ func (a *Agent) finish(t *task, start time.Time, res *backends.Result, err error
 	a.observeTask(t, &r)
 }
 
-func truncate(s string) string {
-	if len(s) <= maxOutput {
+// truncate caps s at the agent's max_output_bytes, keeping the start (cut
+// at a UTF-8 boundary) and saying how much was dropped; it sets *cut when
+// it did.
+func (a *Agent) truncate(s string, cut *bool) string {
+	return truncateTo(s, a.cfg.MaxOutputBytes, cut)
+}
+
+func truncateTo(s string, limit int, cut *bool) string {
+	if len(s) <= limit {
 		return s
 	}
-	return s[:maxOutput] + "\n…(truncated)"
+	if cut != nil {
+		*cut = true
+	}
+	keep := limit
+	for keep > 0 && !utf8.RuneStart(s[keep]) {
+		keep--
+	}
+	return s[:keep] + fmt.Sprintf("\n…(truncated: %d bytes, kept the first %d; max_output_bytes)", len(s), keep)
 }
 
 func (a *Agent) fill(t *task, r *api.TaskResult) string {
@@ -361,7 +380,7 @@ func (p *progress) report(pct int, message string) {
 	p.a.reportRunning(p.t)
 	// Publishing under the lock keeps a report from overtaking the final
 	// result: stop waits for it.
-	p.a.publishCore(p.t, api.TaskResult{Status: api.ResultProgress, Progress: &pct, Output: truncate(message), Timestamp: now.UTC()})
+	p.a.publishCore(p.t, api.TaskResult{Status: api.ResultProgress, Progress: &pct, Output: p.a.truncate(message, nil), Timestamp: now.UTC()})
 	p.mu.Unlock()
 }
 

@@ -239,7 +239,10 @@ type TaskResult struct {
 	Facts     map[string]any `json:"facts,omitempty"`
 	Progress  *int           `json:"progress,omitempty"`
 	// Cancelled says the task stopped because its job was cancelled.
-	Cancelled bool     `json:"cancelled,omitempty"`
+	Cancelled bool `json:"cancelled,omitempty"`
+	// Truncated says the agent cut the output, error or facts to its
+	// max_output_bytes (the text says where).
+	Truncated bool     `json:"truncated,omitempty"`
 	Duration  Duration `json:"duration"`
 	// StartedAt, on a final result, is when the backend started; absent
 	// when it never did. A task that ends quickly sends no "running"

@@ -59,13 +59,12 @@ func (c *Controller) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "read request body: "+err.Error())
 		return
 	}
-	spec, err := api.ParseJobSpec(body)
+	job, err := decodeSubmission(body, c.catalog())
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	job := spec.Job()
-	if err := c.catalog().ValidateJob(job); err != nil {
+	if err := c.checkJobSize(job); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}

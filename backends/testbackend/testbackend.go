@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
 	"github.com/gridfleet/terraform-provider-grid/backends"
@@ -19,7 +20,7 @@ type Backend struct{}
 // New returns the test backend.
 func New() *Backend { return &Backend{} }
 
-// Schema declares fail and flaky.
+// Schema declares fail, flaky and output.
 func (*Backend) Schema() api.BackendSchema {
 	return api.BackendSchema{
 		Name:        "test",
@@ -29,11 +30,13 @@ func (*Backend) Schema() api.BackendSchema {
 				Params: []api.ParamSchema{{Name: "message", Type: api.TypeString, Default: "failed on purpose", Description: "Error to report."}}},
 			{Name: "flaky", Description: "Fail with the given probability.", ReadOnly: true, Idempotent: true, CheckMode: true,
 				Params: []api.ParamSchema{{Name: "rate", Type: api.TypeInt, Required: true, Pattern: `^(100|[1-9]?[0-9])$`, Description: "Failure probability in percent (0-100)."}}},
+			{Name: "output", Description: "Succeed with an output of the given size, for trying output limits.", ReadOnly: true, Idempotent: true, CheckMode: true,
+				Params: []api.ParamSchema{{Name: "bytes", Type: api.TypeInt, Required: true, Pattern: `^[0-9]{1,8}$`, Description: "Output size in bytes (at most 99,999,999)."}}},
 		},
 	}
 }
 
-// Run executes fail or flaky.
+// Run executes fail, flaky or output.
 func (*Backend) Run(_ context.Context, req *backends.Request) (*backends.Result, error) {
 	switch req.Action {
 	case "fail":
@@ -47,6 +50,12 @@ func (*Backend) Run(_ context.Context, req *backends.Request) (*backends.Result,
 			return &backends.Result{Output: "unlucky"}, fmt.Errorf("flaky failure (rate %d%%)", rate)
 		}
 		return &backends.Result{Output: "lucky"}, nil
+	case "output":
+		n, err := strconv.Atoi(req.Params["bytes"])
+		if err != nil {
+			return nil, fmt.Errorf("bytes: %w", err)
+		}
+		return &backends.Result{Output: strings.Repeat("x", n)}, nil
 	}
 	return nil, fmt.Errorf("%w %q", backends.ErrUnknownAction, req.Action)
 }
