@@ -116,13 +116,21 @@ type Job struct {
 	TraceID string `json:"trace_id,omitempty"`
 	// TraceParent is the W3C traceparent of the request that submitted the
 	// job; the controller that runs it continues that trace.
-	TraceParent string    `json:"trace_parent,omitempty"`
+	TraceParent string `json:"trace_parent,omitempty"`
+	// SubmittedBy names who submitted the job (the API token's name).
+	SubmittedBy string    `json:"submitted_by,omitempty"`
 	CreatedAt   time.Time `json:"created_at"`
 	UpdatedAt   time.Time `json:"updated_at"`
 	// StartedAt is set when a controller claims the job.
 	StartedAt *time.Time `json:"started_at,omitempty"`
 	// FinishedAt is set once the job is terminal.
 	FinishedAt *time.Time `json:"finished_at,omitempty"`
+}
+
+// JobCursor is the GET /jobs cursor that continues after j: the next page
+// holds the jobs created before it (newest first).
+func JobCursor(j *Job) string {
+	return strconv.FormatInt(j.CreatedAt.UnixNano(), 10) + "-" + j.ID
 }
 
 // JobResults maps flat step index → node id → result.

@@ -37,6 +37,9 @@ type Controller struct {
 	js   jetstream.JetStream
 	reg  *registry
 	jobs *jobStore
+	// jobIdx is the compact view of the jobs bucket that lists, counts and
+	// retention use.
+	jobIdx *jobIndex
 
 	httpSrv  *http.Server
 	debugSrv *http.Server
@@ -168,6 +171,7 @@ func (c *Controller) Start(ctx context.Context) error {
 		return fail(err)
 	}
 	c.jobs = &jobStore{kv: jobsKV}
+	c.jobIdx = newJobIndex()
 	nodesKV, err := c.js.KeyValue(setupCtx, api.BucketNodes)
 	if err != nil {
 		return fail(err)
@@ -182,6 +186,10 @@ func (c *Controller) Start(ctx context.Context) error {
 	if err := c.reg.watch(runCtx, c.nc, nodesKV); err != nil {
 		stopRuns()
 		return fail(fmt.Errorf("watch nodes: %w", err))
+	}
+	if err := c.jobIdx.watch(runCtx, jobsKV); err != nil {
+		stopRuns()
+		return fail(err)
 	}
 	if err := c.consumeResults(runCtx); err != nil {
 		stopRuns()
@@ -231,6 +239,7 @@ func (c *Controller) Start(ctx context.Context) error {
 	}()
 	go c.heartbeat(runCtx)
 	go c.recoverLoop(runCtx)
+	go c.sweepJobs(runCtx)
 	c.mu.Lock()
 	c.ready = true
 	c.mu.Unlock()

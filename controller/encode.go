@@ -53,6 +53,7 @@ type jobTail struct {
 	Owner       string     `json:"owner,omitempty"`
 	TraceID     string     `json:"trace_id,omitempty"`
 	TraceParent string     `json:"trace_parent,omitempty"`
+	SubmittedBy string     `json:"submitted_by,omitempty"`
 	CreatedAt   time.Time  `json:"created_at"`
 	UpdatedAt   time.Time  `json:"updated_at"`
 	StartedAt   *time.Time `json:"started_at,omitempty"`
@@ -67,7 +68,7 @@ func (e *jobEncoder) encode(j *api.Job) ([]byte, error) {
 		return nil, err
 	}
 	tail, err := json.Marshal(jobTail{Error: j.Error, Owner: j.Owner, TraceID: j.TraceID, TraceParent: j.TraceParent,
-		CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt, StartedAt: j.StartedAt, FinishedAt: j.FinishedAt})
+		SubmittedBy: j.SubmittedBy, CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt, StartedAt: j.StartedAt, FinishedAt: j.FinishedAt})
 	if err != nil {
 		return nil, err
 	}
