@@ -10,8 +10,8 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"strconv"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 )
