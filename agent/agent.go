@@ -24,6 +24,7 @@ import (
 	"github.com/gridfleet/terraform-provider-grid/backends"
 	"github.com/gridfleet/terraform-provider-grid/backends/builtin"
 	"github.com/gridfleet/terraform-provider-grid/internal/bus"
+	"github.com/gridfleet/terraform-provider-grid/internal/seal"
 )
 
 const (
@@ -63,6 +64,9 @@ type Agent struct {
 	reg      *backends.Registry
 	schemas  []api.BackendSchema
 	digest   string
+	// sealKey opens the sensitive params sealed for this agent; its
+	// public half is registered in NodeInfo.
+	sealKey *seal.KeyPair
 
 	nc       *nats.Conn
 	js       jetstream.JetStream
@@ -159,8 +163,13 @@ func New(cfg Config) (*Agent, error) {
 	for _, s := range schemas {
 		backendNames = append(backendNames, s.Name)
 	}
+	sealKey, err := seal.NewKeyPair()
+	if err != nil {
+		return nil, err
+	}
 	taskCtx, taskCancel := context.WithCancelCause(context.Background())
 	a := &Agent{
+		sealKey:    sealKey,
 		cfg:        cfg,
 		id:         cfg.Name,
 		hostname:   hostname,
@@ -187,6 +196,7 @@ func New(cfg Config) (*Agent, error) {
 		Backends:     backendNames,
 		Schemas:      schemas,
 		SchemaDigest: a.digest,
+		SealKey:      sealKey.Public(),
 		Status:       api.NodeOffline,
 		Version:      Version,
 	}

@@ -52,6 +52,9 @@ type task struct {
 	parent  context.Context
 	span    trace.Span
 	spanCtx context.Context
+	// secrets are the sensitive values opened for this task, scrubbed
+	// from its output and error.
+	secrets []string
 	// started is when the backend started (zero if it never did); running
 	// sends the "running" report at most once, and never after the final
 	// result.
@@ -158,10 +161,14 @@ func (a *Agent) execute(t *task) (*backends.Result, chan struct{}, error) {
 	ctx, cancel := context.WithTimeoutCause(t.ctx, timeout, fmt.Errorf("task timed out after %s", timeout))
 	defer cancel()
 
+	params, err := a.openSealed(t)
+	if err != nil {
+		return nil, nil, err
+	}
 	prog := &progress{a: a, t: t}
 	req := &backends.Request{
 		Action:    t.cmd.Task.Action,
-		Params:    maps.Clone(t.cmd.Task.Params),
+		Params:    params,
 		CheckMode: t.cmd.CheckMode,
 		Progress:  prog.report,
 	}
@@ -217,13 +224,13 @@ func (a *Agent) finish(t *task, start time.Time, res *backends.Result, err error
 	r := api.TaskResult{Status: api.StepSuccess, Duration: api.Duration(time.Since(start))}
 	limit := a.cfg.MaxOutputBytes
 	if res != nil {
-		r.Output = a.truncate(res.Output, &r.Truncated)
+		r.Output = a.truncate(t.scrub(res.Output), &r.Truncated)
 		r.Changed = res.Changed
 		r.Facts = res.Facts
 	}
 	if err != nil {
 		r.Status = api.StepFailed
-		r.Error = a.truncate(err.Error(), &r.Truncated)
+		r.Error = a.truncate(t.scrub(err.Error()), &r.Truncated)
 		r.Cancelled = errors.Is(context.Cause(t.ctx), errJobCancelled)
 	}
 	if r.Facts != nil {
@@ -380,7 +387,7 @@ func (p *progress) report(pct int, message string) {
 	p.a.reportRunning(p.t)
 	// Publishing under the lock keeps a report from overtaking the final
 	// result: stop waits for it.
-	p.a.publishCore(p.t, api.TaskResult{Status: api.ResultProgress, Progress: &pct, Output: p.a.truncate(message, nil), Timestamp: now.UTC()})
+	p.a.publishCore(p.t, api.TaskResult{Status: api.ResultProgress, Progress: &pct, Output: p.a.truncate(p.t.scrub(message), nil), Timestamp: now.UTC()})
 	p.mu.Unlock()
 }
 
@@ -388,4 +395,39 @@ func (p *progress) stop() {
 	p.mu.Lock()
 	p.stopped = true
 	p.mu.Unlock()
+}
+
+// openSealed returns the task's params with its sensitive values opened.
+// A param that holds api.SensitiveValue without a value sealed for this
+// node fails the task, naming the param: running with the placeholder
+// would be wrong.
+func (a *Agent) openSealed(t *task) (api.Params, error) {
+	params := maps.Clone(t.cmd.Task.Params)
+	for k, v := range params {
+		if v != api.SensitiveValue {
+			continue
+		}
+		sealed, ok := t.cmd.Sealed[k]
+		if !ok {
+			return nil, fmt.Errorf("sensitive param %q did not arrive sealed for this node (the controller could not read it, or this agent registered no seal key)", k)
+		}
+		plain, err := a.sealKey.Open(sealed, api.SealContext(t.cmd.JobID, t.cmd.TaskIndex, a.id, k))
+		if err != nil {
+			return nil, fmt.Errorf("sensitive param %q: %w", k, err)
+		}
+		params[k] = string(plain)
+		if len(plain) > 0 {
+			t.secrets = append(t.secrets, string(plain))
+		}
+	}
+	return params, nil
+}
+
+// scrub replaces the task's sensitive values in text it reports (a
+// program's output or error may echo them).
+func (t *task) scrub(s string) string {
+	for _, v := range t.secrets {
+		s = strings.ReplaceAll(s, v, api.SensitiveValue)
+	}
+	return s
 }

@@ -282,6 +282,16 @@ type Command struct {
 	// ResolvedAt is when the target was resolved: an agent that came online
 	// later was not expected and ignores a broadcast.
 	ResolvedAt time.Time `json:"resolved_at"`
+	// Sealed holds the sensitive params' values (Task.Params holds
+	// SensitiveValue for them), each sealed for the one node the command
+	// goes to; see SealContext.
+	Sealed map[string]string `json:"sealed,omitempty"`
+}
+
+// SealContext binds a sealed param value to its job, step, node and param,
+// so it cannot be replayed into another command.
+func SealContext(job string, step int, node, param string) []byte {
+	return []byte(job + "/" + strconv.Itoa(step) + "/" + node + "/" + param)
 }
 
 // Node states.
@@ -301,8 +311,11 @@ type NodeInfo struct {
 	// stored once per digest in the schemas bucket, so heartbeats stay small.
 	Schemas      []BackendSchema `json:"schemas,omitempty"`
 	SchemaDigest string          `json:"schema_digest,omitempty"`
-	Status       string          `json:"status"`
-	Version      string          `json:"version,omitempty"`
+	// SealKey is the agent's public key (X25519) that sensitive params are
+	// sealed for.
+	SealKey string `json:"seal_key,omitempty"`
+	Status  string `json:"status"`
+	Version string `json:"version,omitempty"`
 	// OnlineSince is when the agent's current session registered.
 	OnlineSince time.Time `json:"online_since"`
 	LastSeen    time.Time `json:"last_seen"`

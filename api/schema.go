@@ -37,7 +37,16 @@ type ParamSchema struct {
 	Pattern     string    `json:"pattern,omitempty"`
 	Enum        []string  `json:"enum,omitempty"`
 	Description string    `json:"description,omitempty"`
+	// Sensitive values (passwords, tokens) are never stored or shown in
+	// clear: jobs hold SensitiveValue in their place, the controller keeps
+	// them encrypted until the job ends, and each agent receives them
+	// sealed for it alone.
+	Sensitive bool `json:"sensitive,omitempty"`
 }
+
+// SensitiveValue stands for a sensitive param's value wherever a job is
+// stored or shown.
+const SensitiveValue = "(sensitive)"
 
 // ActionSchema declares one action of a backend.
 type ActionSchema struct {

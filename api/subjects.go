@@ -16,6 +16,12 @@ const (
 	BucketControllers = "controllers"
 	// BucketSchemas holds backend schema sets keyed by SchemaDigest.
 	BucketSchemas = "schemas"
+	// BucketKeys holds the cluster key that encrypts sensitive params at
+	// rest (controllers only).
+	BucketKeys = "keys"
+	// BucketJobSecrets holds, by job id, a job's sensitive param values
+	// encrypted under the cluster key, while the job may still run.
+	BucketJobSecrets = "job_secrets"
 
 	SubjectRequests = "request.>"
 	SubjectCommands = "cmd.>"

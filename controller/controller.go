@@ -23,6 +23,7 @@ import (
 
 	"github.com/gridfleet/terraform-provider-grid/api"
 	"github.com/gridfleet/terraform-provider-grid/internal/bus"
+	"github.com/gridfleet/terraform-provider-grid/internal/seal"
 	"github.com/gridfleet/terraform-provider-grid/internal/telemetry"
 )
 
@@ -40,6 +41,10 @@ type Controller struct {
 	// jobIdx is the compact view of the jobs bucket that lists, counts and
 	// retention use.
 	jobIdx *jobIndex
+	// box encrypts sensitive params at rest (the cluster key); secretsKV
+	// holds them while their job may run.
+	box       *seal.Box
+	secretsKV jetstream.KeyValue
 
 	httpSrv  *http.Server
 	debugSrv *http.Server
@@ -172,6 +177,16 @@ func (c *Controller) Start(ctx context.Context) error {
 	}
 	c.jobs = &jobStore{kv: jobsKV}
 	c.jobIdx = newJobIndex()
+	keysKV, err := c.js.KeyValue(setupCtx, api.BucketKeys)
+	if err != nil {
+		return fail(err)
+	}
+	if c.box, err = loadClusterKey(setupCtx, keysKV); err != nil {
+		return fail(err)
+	}
+	if c.secretsKV, err = c.js.KeyValue(setupCtx, api.BucketJobSecrets); err != nil {
+		return fail(err)
+	}
 	nodesKV, err := c.js.KeyValue(setupCtx, api.BucketNodes)
 	if err != nil {
 		return fail(err)
@@ -424,6 +439,9 @@ func (c *Controller) jobFinished(r *run, status api.JobStatus) {
 	c.mu.Lock()
 	delete(c.runs, r.job.ID)
 	c.mu.Unlock()
+	if status.Terminal() && r.secrets != nil {
+		c.dropSecrets(r.job.ID)
+	}
 	<-c.slots
 }
 

@@ -65,6 +65,11 @@ func (c *Controller) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
+	secrets, err := extractSensitive(job, c.catalog())
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
 	if err := c.checkJobSize(job); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
@@ -89,6 +94,12 @@ func (c *Controller) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		job.Strategy = api.StrategyFailFast
 	}
 	stampTrace(r.Context(), job)
+	if len(secrets) > 0 {
+		if err := c.storeSecrets(r.Context(), job.ID, secrets); err != nil {
+			writeError(w, http.StatusServiceUnavailable, err.Error())
+			return
+		}
+	}
 	rev, stored, err := c.jobs.create(r.Context(), job)
 	if err != nil {
 		// The write may have landed without its answer (a server failing
@@ -548,7 +559,7 @@ func (c *Controller) readyzJetStream(ctx context.Context, fail func(k, v string)
 			fail("stream "+s, err.Error())
 		}
 	}
-	for _, b := range []string{api.BucketJobs, api.BucketNodes, api.BucketControllers, api.BucketSchemas} {
+	for _, b := range []string{api.BucketJobs, api.BucketNodes, api.BucketControllers, api.BucketSchemas, api.BucketKeys, api.BucketJobSecrets} {
 		if _, err := c.js.KeyValue(ctx, b); err != nil {
 			fail("bucket "+b, err.Error())
 		}

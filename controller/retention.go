@@ -31,6 +31,8 @@ func (c *Controller) sweepJobs(ctx context.Context) {
 				c.log.Warn("remove expired job", "job", id, "err", err)
 				continue
 			}
+			// Left only by a job that never ran (cancelled while pending).
+			c.dropSecrets(id)
 			c.log.Debug("removed expired job", "job", id)
 		}
 		// The purge markers themselves go after a while (the KV default

@@ -55,6 +55,9 @@ type run struct {
 	settleOnce sync.Once
 	final      []byte
 
+	// secrets are the job's sensitive values (nil when it has none).
+	secrets stepSecrets
+
 	// span is the job's span; trace follows the steps being run.
 	span  trace.Span
 	trace *stepTrace
