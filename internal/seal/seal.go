@@ -125,7 +125,9 @@ func NewKey() []byte {
 func (b *Box) Seal(plaintext, context []byte) []byte { return seal(b.aead, nil, plaintext, context) }
 
 // Open decrypts what Seal encrypted with the same context.
-func (b *Box) Open(ciphertext, context []byte) ([]byte, error) { return open(b.aead, ciphertext, context) }
+func (b *Box) Open(ciphertext, context []byte) ([]byte, error) {
+	return open(b.aead, ciphertext, context)
+}
 
 func gcm(key []byte) (cipher.AEAD, error) {
 	blk, err := aes.NewCipher(key)
