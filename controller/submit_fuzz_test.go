@@ -2,6 +2,7 @@ package controller
 
 import (
 	"encoding/json"
+	"errors"
 	"testing"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
@@ -32,6 +33,7 @@ func FuzzSubmitDecode(f *testing.F) {
 		"target: {scope: all}\ntasks: [{backend: test, action: fail}]\n",
 		`{"target":{"scope":"all"},"tasks":[{"backend":"nope","action":"x"}]}`,
 		`{"target":{"scope":"all"},"tasks":[]}`,
+		`{"target":{"scope":"all"},"tasks":[{"backend":"exec","action":"run","params":{"program":"p","secret":"(sensitive)"}}]}`,
 		`{`,
 	} {
 		f.Add([]byte(s))
@@ -55,6 +57,13 @@ func FuzzSubmitDecode(f *testing.F) {
 		}
 		if _, err := decodeSubmission(b, cat); err != nil {
 			t.Fatalf("an accepted job sent back as JSON is refused: %v\n%s", err, b)
+		}
+		// What the handler does next: hide sensitive values.
+		if _, err := extractSensitive(job, cat); err != nil {
+			var ve *api.ValidationError
+			if !errors.As(err, &ve) {
+				t.Fatalf("extractSensitive: %v is not a validation error", err)
+			}
 		}
 	})
 }
