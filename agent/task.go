@@ -183,13 +183,18 @@ func (a *Agent) execute(t *task) (*backends.Result, chan struct{}, error) {
 		defer func() {
 			// A panicking backend fails its task, not the agent.
 			if p := recover(); p != nil {
-				t.log.Error("backend panicked", "panic", p)
+				t.log.Error("backend panicked", "panic", t.scrub(fmt.Sprint(p)))
 				out <- outcome{err: fmt.Errorf("backend %s panicked: %v", t.cmd.Task.Backend, p)}
 			}
 		}()
 		bctx, span := a.startBackendSpan(ctx, t)
 		res, err := a.reg.Run(bctx, t.cmd.Task.Backend, req)
-		endSpan(span, err)
+		spanErr := err
+		if err != nil && len(t.secrets) > 0 {
+			// The span records the error's text: not a sensitive value.
+			spanErr = errors.New(t.scrub(err.Error()))
+		}
+		endSpan(span, spanErr)
 		out <- outcome{res, err}
 	}()
 
