@@ -339,6 +339,10 @@ type Status struct {
 	Jobs        QueueStats     `json:"jobs"`
 	Time        time.Time      `json:"time"`
 	Limits      map[string]int `json:"limits,omitempty"`
+	// Replicas is the count the answering controller creates and raises
+	// streams and buckets to; Streams is each one's replication state.
+	Replicas int            `json:"replicas,omitempty"`
+	Streams  []StreamHealth `json:"streams,omitempty"`
 }
 
 // NodeCounts counts nodes by state.

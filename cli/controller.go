@@ -33,7 +33,7 @@ before. The controller stops on SIGINT or SIGTERM.`,
 		Example: `  grid controller --data-dir /var/lib/grid
   grid controller --config /etc/grid/controller.yaml --api-addr 0.0.0.0:8765
   grid controller --name c1 --cluster-name grid --cluster-addr 0.0.0.0:6222 \
-      --routes nats://c2:6222,nats://c3:6222 --replicas 3`,
+      --routes nats://c2:6222,nats://c3:6222`,
 		Args: exactArgs(),
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
 			logger, err := o.logs.logger(g.stderr)
@@ -90,7 +90,7 @@ before. The controller stops on SIGINT or SIGTERM.`,
 	f.StringVar(&o.flags.ClusterName, "cluster-name", def.ClusterName, "join the embedded NATS server to this cluster (with --cluster-addr and --routes)")
 	f.StringVar(&o.flags.ClusterAddr, "cluster-addr", def.ClusterAddr, "embedded NATS cluster listen address for routes from peers (host:port)")
 	f.StringSliceVar(&o.flags.Routes, "routes", def.Routes, "peers' cluster addresses, comma-separated (nats://host:port,...)")
-	f.IntVar(&o.flags.Replicas, "replicas", def.Replicas, "replicas of every stream and bucket: 1, or 3 in a cluster of three or more")
+	f.IntVar(&o.flags.Replicas, "replicas", def.Replicas, "replicas of every stream and bucket; 0 chooses: 1 on a single server, min(3, servers named by --routes plus this one) in a cluster")
 	o.flags.MemoryLimit = def.MemoryLimit
 	f.Var(&o.flags.MemoryLimit, "memory-limit", "soft memory limit of the Go runtime for this process while no job runs, e.g. 300MiB; 0 for none (GOMEMLIMIT or GOGC in the environment take precedence)")
 	f.StringVar(&o.flags.DebugAddr, "debug-addr", def.DebugAddr, "serve the Go profiler (/debug/pprof/) and runtime memory figures (/debug/memory) on this host:port (off when empty)")

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"time"
 
@@ -35,8 +36,13 @@ type Config struct {
 	ClusterName string   `yaml:"cluster_name"`
 	ClusterAddr string   `yaml:"cluster_addr"`
 	Routes      []string `yaml:"routes"`
-	// Replicas for streams and buckets: 1 for one server, 3 for a cluster of
-	// three or more.
+	// Replicas for streams and buckets. 0 (the default, also when the key
+	// is absent) chooses: 1 on a single server or with nats_urls, and in a
+	// cluster (cluster_name and routes set) min(3, servers), the servers
+	// being this one and the distinct routes that are not its own
+	// cluster_addr; existing streams are raised to it, never lowered. An
+	// explicit 1 to 5 is used as given (raising or lowering existing
+	// streams); 1 in a cluster is logged as a warning at every start.
 	Replicas int `yaml:"replicas"`
 	// MaxConcurrent bounds the jobs this controller runs at once.
 	MaxConcurrent int `yaml:"max_concurrent"`
@@ -95,7 +101,6 @@ func DefaultConfig() Config {
 		APIAddr:              "127.0.0.1:8765",
 		NATSAddr:             "127.0.0.1:4222",
 		DataDir:              "grid-data",
-		Replicas:             1,
 		MaxConcurrent:        256,
 		MaxPending:           10000,
 		NodeOfflineAfter:     config.Duration(30 * time.Second),
@@ -132,8 +137,10 @@ func (c Config) Validate() error {
 	if c.DataDir == "" {
 		errs = append(errs, errors.New("data_dir is required"))
 	}
-	if c.Replicas < 1 || c.Replicas > 5 {
-		errs = append(errs, fmt.Errorf("replicas must be between 1 and 5, got %d", c.Replicas))
+	if c.Replicas < 0 || c.Replicas > 5 {
+		errs = append(errs, fmt.Errorf("replicas must be between 1 and 5, or 0 to choose from the cluster's size, got %d", c.Replicas))
+	} else if c.Replicas > 1 && c.ClusterName == "" && len(c.NATSURLs) == 0 {
+		errs = append(errs, fmt.Errorf("replicas %d needs a cluster: set cluster_name and routes, or leave replicas unset (one server keeps one copy)", c.Replicas))
 	}
 	if c.ClusterName != "" && len(c.NATSURLs) > 0 {
 		errs = append(errs, errors.New("cluster_name joins the embedded server to a cluster; with nats_urls nothing is embedded, so set one or the other"))
@@ -199,4 +206,38 @@ func (c Config) controllerID() (string, error) {
 		return "", fmt.Errorf("write controller id: %w", err)
 	}
 	return id, nil
+}
+
+// replicas returns the replica count for streams and buckets and whether it
+// was chosen rather than configured (see Replicas).
+func (c Config) replicas() (n int, chosen bool) {
+	if c.Replicas > 0 {
+		return c.Replicas, false
+	}
+	if c.ClusterName == "" || len(c.NATSURLs) > 0 {
+		return 1, true
+	}
+	return min(3, c.clusterServers()), true
+}
+
+// clusterServers counts the servers the config names: this one and each
+// distinct route that is not its own cluster address (a shared routes list
+// often names every server, itself included).
+func (c Config) clusterServers() int {
+	own := ""
+	if h, p, err := net.SplitHostPort(c.ClusterAddr); err == nil {
+		own = net.JoinHostPort(h, p)
+	}
+	seen := map[string]bool{}
+	for _, r := range c.Routes {
+		hp := r
+		if u, err := url.Parse(r); err == nil && u.Host != "" {
+			hp = u.Host
+		}
+		if hp == own {
+			continue
+		}
+		seen[hp] = true
+	}
+	return len(seen) + 1
 }

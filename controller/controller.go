@@ -70,6 +70,9 @@ type Controller struct {
 	// retry until they land give up then (a restart or a peer resumes).
 	stopping chan struct{}
 
+	// replicas is the count streams and buckets are created and raised to.
+	replicas int
+
 	metrics  *metrics
 	pending  pendingEstimate
 	catCache catalogCache
@@ -167,7 +170,9 @@ func (c *Controller) Start(ctx context.Context) error {
 	setupCtx, cancelSetup := context.WithTimeout(ctx, bus.ClusterFormTimeout+30*time.Second)
 	defer cancelSetup()
 	topo := bus.DefaultTopology()
-	topo.Replicas = c.cfg.Replicas
+	topo.Replicas, topo.NeverLower = c.cfg.replicas()
+	c.replicas = topo.Replicas
+	c.logReplicas(topo.Replicas, topo.NeverLower)
 	if err := bus.EnsureTopologyRetry(setupCtx, c.js, topo, bus.ClusterFormTimeout, c.log); err != nil {
 		return fail(fmt.Errorf("set up streams and buckets: %w", err))
 	}

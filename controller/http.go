@@ -453,9 +453,12 @@ func (c *Controller) handleStatus(w http.ResponseWriter, r *http.Request) {
 	// Counted as the jobs bucket changes, not by reading it.
 	qs := c.jobIdx.stats()
 	ctls, _ := c.controllers(r.Context())
+	hctx, cancel := context.WithTimeout(r.Context(), streamHealthTimeout)
+	defer cancel()
 	writeJSON(w, http.StatusOK, api.Status{
 		Nodes: c.reg.counts(), Controllers: len(ctls), Jobs: qs, Time: time.Now().UTC(),
-		Limits: map[string]int{"max_concurrent": c.cfg.MaxConcurrent, "max_pending": c.cfg.MaxPending},
+		Limits:   map[string]int{"max_concurrent": c.cfg.MaxConcurrent, "max_pending": c.cfg.MaxPending},
+		Replicas: c.replicas, Streams: c.streamHealth(hctx),
 	})
 }
 
@@ -545,23 +548,30 @@ func (c *Controller) handleReadyz(w http.ResponseWriter, r *http.Request) {
 }
 
 // readyzJetStream checks that JetStream answers and every stream and bucket
-// is present.
+// is present and has a leader, and shows each one's replicas. Replicas that
+// are behind or offline are shown ("degraded") without failing: the stream
+// still serves, and a controller taken out of rotation for them would only
+// move its load to the others.
 func (c *Controller) readyzJetStream(ctx context.Context, fail func(k, v string), checks map[string]string) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, streamHealthTimeout)
 	defer cancel()
 	if _, err := c.js.AccountInfo(ctx); err != nil {
 		fail("jetstream", err.Error())
 	} else {
 		checks["jetstream"] = "ok"
 	}
-	for _, s := range []string{api.StreamRequests, api.StreamCommands, api.StreamResults} {
-		if _, err := c.js.Stream(ctx, s); err != nil {
-			fail("stream "+s, err.Error())
+	for _, h := range c.streamHealth(ctx) {
+		key := "stream " + h.Name
+		if h.Bucket {
+			key = "bucket " + h.Name
 		}
-	}
-	for _, b := range []string{api.BucketJobs, api.BucketNodes, api.BucketControllers, api.BucketSchemas, api.BucketKeys, api.BucketJobSecrets} {
-		if _, err := c.js.KeyValue(ctx, b); err != nil {
-			fail("bucket "+b, err.Error())
+		switch {
+		case h.Error != "":
+			fail(key, h.Error)
+		case !h.HasLeader:
+			fail(key, "no leader: "+healthLine(h))
+		default:
+			checks[key] = healthLine(h)
 		}
 	}
 }

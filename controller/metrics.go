@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"net/http"
 	"time"
 
@@ -81,6 +82,7 @@ func newMetrics(c *Controller) *metrics {
 		}),
 		&nodeCollector{c: c},
 		&natsCollector{c: c},
+		&replicaCollector{c: c},
 	)
 	return m
 }
@@ -171,6 +173,43 @@ func (n *natsCollector) Collect(ch chan<- prometheus.Metric) {
 				ch <- prometheus.MustNewConstMetric(consumerAckPendingDesc, prometheus.GaugeValue, float64(ci.NumAckPending), s.Name, ci.Name)
 			}
 		}
+	}
+}
+
+// replicaCollector asks JetStream at scrape time for each stream's and
+// bucket's replication state, wherever its replicas live: the embedded
+// server's own view (natsCollector) lacks the streams it holds no replica
+// of, and those are the ones a lost server takes with it.
+type replicaCollector struct{ c *Controller }
+
+var (
+	streamReplicasDesc = prometheus.NewDesc("grid_jetstream_stream_replicas",
+		"Configured replicas of a JetStream stream (KV buckets are streams named KV_<bucket>); absent while the stream has no leader to say.", []string{"stream"}, nil)
+	streamCurrentDesc = prometheus.NewDesc("grid_jetstream_stream_current_replicas",
+		"Replicas of a stream that are online and up to date, the leader included; below grid_jetstream_stream_replicas, one more loss may cost data or availability.", []string{"stream"}, nil)
+	streamLeaderlessDesc = prometheus.NewDesc("grid_jetstream_stream_leaderless",
+		"1 when a stream has no leader (or does not answer): it takes no writes and serves no reads.", []string{"stream"}, nil)
+)
+
+func (r *replicaCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- streamReplicasDesc
+	ch <- streamCurrentDesc
+	ch <- streamLeaderlessDesc
+}
+
+func (r *replicaCollector) Collect(ch chan<- prometheus.Metric) {
+	nc := r.c.nc
+	if r.c.js == nil || nc == nil || !nc.IsConnected() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), streamHealthTimeout)
+	defer cancel()
+	for _, h := range r.c.streamHealth(ctx) {
+		if h.Replicas > 0 {
+			ch <- prometheus.MustNewConstMetric(streamReplicasDesc, prometheus.GaugeValue, float64(h.Replicas), h.Stream)
+		}
+		ch <- prometheus.MustNewConstMetric(streamCurrentDesc, prometheus.GaugeValue, float64(h.Current), h.Stream)
+		ch <- prometheus.MustNewConstMetric(streamLeaderlessDesc, prometheus.GaugeValue, boolFloat(!h.HasLeader), h.Stream)
 	}
 }
 

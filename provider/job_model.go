@@ -36,22 +36,10 @@ var (
 	taskAttrTypes  = withAttr(leafAttrTypes, "tasks", types.ListType{ElemType: leafObjectType})
 	taskObjectType = types.ObjectType{AttrTypes: taskAttrTypes}
 
-	resultNodeAttrTypes = map[string]attr.Type{
-		"status":   types.StringType,
-		"output":   types.StringType,
-		"error":    types.StringType,
-		"changed":  types.BoolType,
-		"duration": types.StringType,
-		"attempts": types.Int64Type,
-	}
+	resultNodeAttrTypes  = resultAttrTypesOf(resultNodeFields)
 	resultNodeObjectType = types.ObjectType{AttrTypes: resultNodeAttrTypes}
-	resultAttrTypes      = map[string]attr.Type{
-		"index":   types.Int64Type,
-		"backend": types.StringType,
-		"action":  types.StringType,
-		"nodes":   types.MapType{ElemType: resultNodeObjectType},
-	}
-	resultObjectType = types.ObjectType{AttrTypes: resultAttrTypes}
+	resultAttrTypes      = withAttr(resultAttrTypesOf(resultStepFields), "nodes", types.MapType{ElemType: resultNodeObjectType})
+	resultObjectType     = types.ObjectType{AttrTypes: resultAttrTypes}
 )
 
 func withAttr(m map[string]attr.Type, name string, t attr.Type) map[string]attr.Type {

@@ -32,10 +32,10 @@ func TestFieldPath(t *testing.T) {
 			t.Errorf("fieldPath(%q) = %s, want %s", field, got, want)
 		}
 	}
-	got := fieldPathUnder(path.Root("destroy_tasks"), "[3].tasks[0].timeout")
+	got := fieldPath(path.Root("destroy_tasks"), "[3].tasks[0].timeout")
 	want := path.Root("destroy_tasks").AtListIndex(3).AtName("tasks").AtListIndex(0).AtName("timeout")
 	if !got.Equal(want) {
-		t.Errorf("fieldPathUnder = %s, want %s", got, want)
+		t.Errorf("fieldPath under destroy_tasks = %s, want %s", got, want)
 	}
 }
 

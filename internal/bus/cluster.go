@@ -14,6 +14,11 @@ import (
 // JetStream to elect its meta leader before giving up on the topology.
 const ClusterFormTimeout = 60 * time.Second
 
+// RaiseWait bounds how long a controller retries raising a stream's replicas
+// that JetStream cannot place yet (too few servers up) before it starts with
+// the stream as it is.
+const RaiseWait = 10 * time.Second
+
 // EnsureTopologyRetry creates or updates the streams and buckets like
 // EnsureTopology, retrying each until it succeeds, ctx ends or wait has
 // passed. A clustered JetStream answers nothing until enough servers have
@@ -32,24 +37,7 @@ func EnsureTopologyRetry(ctx context.Context, js jetstream.JetStream, t Topology
 	defer cancel()
 	start := time.Now()
 	retried := false
-	streams, buckets := t.configs()
-	var steps []func(context.Context) error
-	for _, sc := range streams {
-		steps = append(steps, func(ctx context.Context) error {
-			if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
-				return fmt.Errorf("stream %s: %w", sc.Name, err)
-			}
-			return nil
-		})
-	}
-	for _, kc := range buckets {
-		steps = append(steps, func(ctx context.Context) error {
-			if _, err := js.CreateOrUpdateKeyValue(ctx, kc); err != nil {
-				return fmt.Errorf("bucket %s: %w", kc.Bucket, err)
-			}
-			return nil
-		})
-	}
+	steps := t.steps(js, log, RaiseWait)
 	for _, step := range steps {
 		tryTimeout := time.Second
 		for try := 1; ; try++ {

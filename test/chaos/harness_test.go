@@ -198,7 +198,7 @@ type ctlSpec struct {
 	extra                      map[string]string // more config keys (yaml scalars)
 	cluster                    bool
 	routes                     []string
-	replicas                   int
+	replicas                   int // 0: no replicas key (the controller chooses)
 	nodeOffline, staleAfter    string
 	heartbeat, grace, flushInt string
 }
@@ -214,7 +214,11 @@ func (s *ctlSpec) writeConfig(t *testing.T, dir string) string {
 	fmt.Fprintf(&b, "node_offline_after: %s\ncontroller_stale_after: %s\nheartbeat_interval: %s\nresult_grace: %s\nflush_interval: %s\n",
 		or(s.nodeOffline, "5s"), or(s.staleAfter, "3s"), or(s.heartbeat, "500ms"), or(s.grace, "10s"), or(s.flushInt, "50ms"))
 	if s.cluster {
-		fmt.Fprintf(&b, "cluster_name: chaos\ncluster_addr: 127.0.0.1:%d\nreplicas: %d\nroutes:\n", s.clPort, s.replicas)
+		fmt.Fprintf(&b, "cluster_name: chaos\ncluster_addr: 127.0.0.1:%d\n", s.clPort)
+		if s.replicas > 0 {
+			fmt.Fprintf(&b, "replicas: %d\n", s.replicas)
+		}
+		b.WriteString("routes:\n")
 		for _, r := range s.routes {
 			fmt.Fprintf(&b, "  - %s\n", r)
 		}
@@ -237,7 +241,7 @@ func or(v, def string) string {
 }
 
 // newCtlSpecs returns n controller specs with free ports; with n > 1 they
-// form one NATS cluster with the given replicas.
+// form one NATS cluster with the given replicas (0: none in the config).
 func newCtlSpecs(t *testing.T, dir string, n, replicas int) []*ctlSpec {
 	t.Helper()
 	specs := make([]*ctlSpec, n)
