@@ -36,6 +36,7 @@ type indexEntry struct {
 	created     time.Time
 	finished    time.Time
 	submittedBy string
+	owner       string
 	ops         []string
 }
 
@@ -44,6 +45,7 @@ type indexFields struct {
 	ID          string        `json:"id"`
 	Status      api.JobStatus `json:"status"`
 	SubmittedBy string        `json:"submitted_by"`
+	Owner       string        `json:"owner"`
 	CreatedAt   time.Time     `json:"created_at"`
 	FinishedAt  *time.Time    `json:"finished_at"`
 }
@@ -129,6 +131,7 @@ func (x *jobIndex) put(key string, data []byte, written time.Time) {
 		x.status[e.status]--
 	}
 	e.status = f.Status
+	e.owner = f.Owner
 	x.status[e.status]++
 	switch {
 	case f.FinishedAt != nil:
@@ -228,6 +231,19 @@ func (x *jobIndex) page(q jobQuery) []string {
 		ids = append(ids, e.id)
 	}
 	return ids
+}
+
+// running returns the id and owner of every running job.
+func (x *jobIndex) running() []api.Job {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	var out []api.Job
+	for _, e := range x.entries {
+		if e.status == api.JobRunning {
+			out = append(out, api.Job{ID: e.id, Owner: e.owner, Status: e.status})
+		}
+	}
+	return out
 }
 
 // expired returns the ids of finished jobs that finished before cutoff.
