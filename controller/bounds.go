@@ -3,6 +3,7 @@ package controller
 import (
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
 )
@@ -45,7 +46,7 @@ func (c *Controller) checkJobSize(job *api.Job) error {
 	}
 	nodes := 1
 	if job.Target.Scope != api.ScopeAny {
-		nodes = max(len(c.reg.resolve(job.Target)), 1)
+		nodes = max(c.reg.countMatching(job.Target), 1)
 	}
 	steps := api.LeafCount(job.Tasks)
 	estimate := len(b) + nodes*expectedIDBytes + steps*nodes*minResultBytes
@@ -109,4 +110,25 @@ func cutText(s string, n int) string {
 		keep--
 	}
 	return s[:keep] + fmt.Sprintf("…(truncated by the controller: %d bytes, kept %d to fit the job under the bus limit)", len(s), keep)
+}
+
+// countMatching counts the online nodes a target selects (resolve without
+// the sorting, and under the read lock: it runs on every submission).
+func (r *registry) countMatching(t api.Target) int {
+	now := time.Now()
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if t.Scope == api.ScopeNode {
+		if n := r.nodes[t.Value]; n != nil && r.isOnline(n, now) {
+			return 1
+		}
+		return 0
+	}
+	count := 0
+	for _, n := range r.nodes {
+		if r.isOnline(n, now) && t.Matches(n.ID, n.Groups) {
+			count++
+		}
+	}
+	return count
 }
