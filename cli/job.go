@@ -423,18 +423,26 @@ partially failed, 3 unreachable nodes alone kept it from completing.`,
 }
 
 func newJobListCommand(g *globals) *cobra.Command {
-	return &cobra.Command{
+	var q api.JobQuery
+	var status string
+	cmd := &cobra.Command{
 		Use:   "list",
-		Short: "List jobs, newest first",
+		Short: "List jobs, newest first (one page; --cursor continues)",
 		Args:  exactArgs(),
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
 			c, err := g.client()
 			if err != nil {
 				return err
 			}
-			jobs, err := c.ListJobs(cmd.Context())
+			q.Status = api.JobStatus(status)
+			jobs, err := c.ListJobsPage(cmd.Context(), q)
 			if err != nil {
 				return fmt.Errorf("list jobs: %w", err)
+			}
+			if !g.json() && len(jobs) == q.Limit && len(jobs) > 0 {
+				defer func() {
+					_, _ = fmt.Fprintf(g.stderr, "more jobs: grid job list --limit %d --cursor %s\n", q.Limit, api.JobCursor(&jobs[len(jobs)-1]))
+				}()
 			}
 			if g.json() {
 				if jobs == nil {
@@ -445,6 +453,11 @@ func newJobListCommand(g *globals) *cobra.Command {
 			return printJobList(g.stdout, jobs, time.Now())
 		}),
 	}
+	cmd.Flags().IntVar(&q.Limit, "limit", 50, "jobs per page (1-1000)")
+	cmd.Flags().StringVar(&q.Cursor, "cursor", "", "continue after this job (printed when there are more)")
+	cmd.Flags().StringVar(&status, "status", "", "only jobs in this state (pending, running, completed, failed, cancelled, partial_failure)")
+	cmd.Flags().StringVar(&q.SubmittedBy, "submitted-by", "", "only jobs submitted with this token name")
+	return cmd
 }
 
 func newJobCancelCommand(g *globals) *cobra.Command {

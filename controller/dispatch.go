@@ -52,7 +52,9 @@ func (r *run) command(s api.FlatStep, attempt int) api.Command {
 // (give or take a short exclude list), else one command per node.
 func (r *run) dispatchMany(s api.FlatStep, nodes []*nodeRun, attempt int) {
 	t := r.job.Target
-	if t.Scope == api.ScopeAll || t.Scope == api.ScopeGroup {
+	// A step with sensitive values goes to each node on its own subject,
+	// sealed for that node.
+	if (t.Scope == api.ScopeAll || t.Scope == api.ScopeGroup) && len(r.secrets[s.Index]) == 0 {
 		active := make(map[string]bool, len(nodes))
 		for _, n := range nodes {
 			active[n.id] = true
@@ -79,6 +81,7 @@ func (r *run) dispatchMany(s api.FlatStep, nodes []*nodeRun, attempt int) {
 // dispatchOne sends one attempt of a step to one node.
 func (r *run) dispatchOne(s api.FlatStep, n *nodeRun, attempt int) {
 	cmd := r.command(s, attempt)
+	r.sealFor(&cmd, n.id)
 	r.markDispatched(s, []*nodeRun{n}, attempt)
 	r.c.publishCommand(r.stepCtx(s), api.NodeCommandSubject(n.id, s.Task.Backend, s.Task.Action), &cmd)
 }
