@@ -1,10 +1,8 @@
 package agent
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -12,7 +10,6 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
-	"go.yaml.in/yaml/v3"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
 	"github.com/gridfleet/terraform-provider-grid/backends"
@@ -30,6 +27,11 @@ const (
 	DefaultTaskTimeout       = time.Hour
 	DefaultMaxConcurrent     = 32
 	DefaultShutdownGrace     = 30 * time.Second
+	// DefaultMaxOutputBytes caps a task's output and its error each.
+	DefaultMaxOutputBytes = 64 << 10
+	// MaxOutputBytesLimit is the most max_output_bytes may be: a final
+	// result must stay well under the bus's 8 MiB payload limit.
+	MaxOutputBytesLimit = 1 << 20
 )
 
 // Duration is a time.Duration written as "10s" in YAML.
@@ -71,14 +73,23 @@ type Config struct {
 	// enables every action not marked dangerous. When set, it replaces the
 	// allowlist of Registry, including a caller-supplied one.
 	Allow []string `yaml:"allow"`
+	// CheckOnly names actions (backend, backend.action or *) this node runs
+	// only in check mode: they report what they would change and change
+	// nothing, whatever the job asks. grid dev sets apt and systemd.
+	CheckOnly []string `yaml:"check_only"`
 	// ShutdownGrace is how long a graceful shutdown waits for running tasks
 	// before interrupting them. Zero means the default, as for every
 	// duration here.
 	ShutdownGrace Duration `yaml:"shutdown_grace"`
+	// MaxOutputBytes caps a task's output and its error message each
+	// (bytes); the result keeps the start and says it was truncated. Zero
+	// means the default (64 KiB), at most 1 MiB.
+	MaxOutputBytes int `yaml:"max_output_bytes"`
 
 	// Registry holds the backends to offer; nil means the built-in set.
 	Registry *backends.Registry `yaml:"-"`
-	// Logger receives the agent's logs; nil means slog.Default().
+	// Logger receives the agent's logs; nil logs nothing (as everywhere in
+	// GRID: internal/config.Logger).
 	Logger *slog.Logger `yaml:"-"`
 	// MetricsAddr, when set, is where the agent serves /metrics, /healthz
 	// and /readyz (host:port; port 0 picks one).
@@ -130,6 +141,7 @@ func DefaultConfig() Config {
 		TaskTimeout:       Duration(DefaultTaskTimeout),
 		MaxConcurrent:     DefaultMaxConcurrent,
 		ShutdownGrace:     Duration(DefaultShutdownGrace),
+		MaxOutputBytes:    DefaultMaxOutputBytes,
 	}
 }
 
@@ -174,6 +186,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ShutdownGrace == 0 {
 		c.ShutdownGrace = d.ShutdownGrace
+	}
+	if c.MaxOutputBytes == 0 {
+		c.MaxOutputBytes = d.MaxOutputBytes
 	}
 	return c
 }
@@ -230,8 +245,14 @@ func (c Config) Validate() error {
 	if c.ShutdownGrace < 0 {
 		bad("shutdown_grace must not be negative, got %s", c.ShutdownGrace)
 	}
+	if c.MaxOutputBytes < 0 || c.MaxOutputBytes > MaxOutputBytesLimit {
+		bad("max_output_bytes must be between 1 and %d, got %d", MaxOutputBytesLimit, c.MaxOutputBytes)
+	}
 	if _, err := backends.ParseAllowlist(c.Allow); err != nil {
 		bad("allow: %w", err)
+	}
+	if _, err := backends.ParseAllowlist(c.CheckOnly); err != nil {
+		bad("check_only: %w", err)
 	}
 	return errors.Join(errs...)
 }
@@ -240,28 +261,5 @@ func (c Config) Validate() error {
 // the file sets (start from DefaultConfig). Unknown keys are errors, so a
 // misspelt setting is not silently ignored. The result is not validated.
 func LoadConfig(path string, into *Config) error {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Errorf("read agent config: %w", err)
-	}
-	d := yaml.NewDecoder(bytes.NewReader(data))
-	d.KnownFields(true)
-	if err := d.Decode(into); err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil // an empty file keeps every default
-		}
-		return fmt.Errorf("agent config %s: %w", path, cleanYAMLError(err))
-	}
-	var extra any
-	if err := d.Decode(&extra); !errors.Is(err, io.EOF) {
-		return fmt.Errorf("agent config %s: a config file holds one YAML document", path)
-	}
-	return nil
-}
-
-func cleanYAMLError(err error) error {
-	msg := strings.TrimPrefix(err.Error(), "yaml: ")
-	msg = strings.ReplaceAll(msg, "unmarshal errors:\n  ", "")
-	msg = strings.ReplaceAll(msg, " in type agent.Config", "")
-	return errors.New(msg)
+	return config.Load(path, "agent config", into)
 }

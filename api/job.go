@@ -96,24 +96,36 @@ func (t Task) Name() string { return t.Backend + "." + t.Action }
 // Job is a tree of phases run against a target. Top-level phases are
 // barrier steps; a phase with nested tasks is a per-node pipeline.
 type Job struct {
-	ID        string    `json:"id"`
-	Target    Target    `json:"target"`
-	Tasks     []Phase   `json:"tasks"`
-	Strategy  Strategy  `json:"strategy,omitempty"`
-	Timeout   string    `json:"timeout,omitempty"`
-	CheckMode bool      `json:"check_mode,omitempty"`
-	Status    JobStatus `json:"status"`
+	ID        string   `json:"id"`
+	Target    Target   `json:"target"`
+	Tasks     []Phase  `json:"tasks"`
+	Strategy  Strategy `json:"strategy,omitempty"`
+	Timeout   string   `json:"timeout,omitempty"`
+	CheckMode bool     `json:"check_mode,omitempty"`
+	// MaxConcurrency and MaxErrors are the rolling limits of every
+	// top-level phase that sets none of its own (nil: no limit).
+	MaxConcurrency *Limit    `json:"max_concurrency,omitempty"`
+	MaxErrors      *Limit    `json:"max_errors,omitempty"`
+	Status         JobStatus `json:"status"`
 	// Step is the flat index of the step in progress (or the last one run).
 	Step int `json:"step"`
 	// Expected holds the node ids the target resolved to.
 	Expected []string `json:"expected"`
+	// Unreachable holds the node ids the target matched that were offline
+	// when it was resolved: the job did not run on them.
+	Unreachable []string `json:"unreachable,omitempty"`
+	// Summary counts the nodes by outcome once the job is terminal.
+	Summary *JobSummary `json:"summary,omitempty"`
 	// Results is keyed by flat step index, then node id.
 	Results JobResults `json:"results,omitempty"`
 	// Error says why a job failed or was cancelled as a whole.
 	Error string `json:"error,omitempty"`
 	// Owner is the controller running the job.
-	Owner   string `json:"owner,omitempty"`
-	TraceID string `json:"trace_id,omitempty"`
+	Owner string `json:"owner,omitempty"`
+	// SubmittedBy is the name of the API token that submitted the job; the
+	// controller sets it, a submission cannot.
+	SubmittedBy string `json:"submitted_by,omitempty"`
+	TraceID     string `json:"trace_id,omitempty"`
 	// TraceParent is the W3C traceparent of the request that submitted the
 	// job; the controller that runs it continues that trace.
 	TraceParent string    `json:"trace_parent,omitempty"`
@@ -123,6 +135,12 @@ type Job struct {
 	StartedAt *time.Time `json:"started_at,omitempty"`
 	// FinishedAt is set once the job is terminal.
 	FinishedAt *time.Time `json:"finished_at,omitempty"`
+}
+
+// JobCursor is the GET /jobs cursor that continues after j: the next page
+// holds the jobs created before it (newest first).
+func JobCursor(j *Job) string {
+	return strconv.FormatInt(j.CreatedAt.UnixNano(), 10) + "-" + j.ID
 }
 
 // JobResults maps flat step index → node id → result.
@@ -145,12 +163,17 @@ const (
 	StepFailed     = "failed"
 	StepSkipped    = "skipped"
 	StepCancelled  = "cancelled"
+	// StepUnreachable: the node went away while the step was out to it.
+	StepUnreachable = "unreachable"
+	// StepNotStarted: a rollout stopped (max_errors exceeded) before the
+	// node started the step.
+	StepNotStarted = "not_started"
 )
 
 // StepTerminal reports whether a per-node step state is final.
 func StepTerminal(s string) bool {
 	switch s {
-	case StepSuccess, StepFailed, StepSkipped, StepCancelled:
+	case StepSuccess, StepFailed, StepSkipped, StepCancelled, StepUnreachable, StepNotStarted:
 		return true
 	}
 	return false
@@ -239,7 +262,10 @@ type TaskResult struct {
 	Facts     map[string]any `json:"facts,omitempty"`
 	Progress  *int           `json:"progress,omitempty"`
 	// Cancelled says the task stopped because its job was cancelled.
-	Cancelled bool     `json:"cancelled,omitempty"`
+	Cancelled bool `json:"cancelled,omitempty"`
+	// Truncated says the agent cut the output, error or facts to its
+	// max_output_bytes (the text says where).
+	Truncated bool     `json:"truncated,omitempty"`
 	Duration  Duration `json:"duration"`
 	// StartedAt, on a final result, is when the backend started; absent
 	// when it never did. A task that ends quickly sends no "running"
@@ -271,6 +297,16 @@ type Command struct {
 	// ResolvedAt is when the target was resolved: an agent that came online
 	// later was not expected and ignores a broadcast.
 	ResolvedAt time.Time `json:"resolved_at"`
+	// Sealed holds the sensitive params' values (Task.Params holds
+	// SensitiveValue for them), each sealed for the one node the command
+	// goes to; see SealContext.
+	Sealed map[string]string `json:"sealed,omitempty"`
+}
+
+// SealContext binds a sealed param value to its job, step, node and param,
+// so it cannot be replayed into another command.
+func SealContext(job string, step int, node, param string) []byte {
+	return []byte(job + "/" + strconv.Itoa(step) + "/" + node + "/" + param)
 }
 
 // Node states.
@@ -290,8 +326,11 @@ type NodeInfo struct {
 	// stored once per digest in the schemas bucket, so heartbeats stay small.
 	Schemas      []BackendSchema `json:"schemas,omitempty"`
 	SchemaDigest string          `json:"schema_digest,omitempty"`
-	Status       string          `json:"status"`
-	Version      string          `json:"version,omitempty"`
+	// SealKey is the agent's public key (X25519) that sensitive params are
+	// sealed for.
+	SealKey string `json:"seal_key,omitempty"`
+	Status  string `json:"status"`
+	Version string `json:"version,omitempty"`
 	// OnlineSince is when the agent's current session registered.
 	OnlineSince time.Time `json:"online_since"`
 	LastSeen    time.Time `json:"last_seen"`
@@ -315,6 +354,10 @@ type Status struct {
 	Jobs        QueueStats     `json:"jobs"`
 	Time        time.Time      `json:"time"`
 	Limits      map[string]int `json:"limits,omitempty"`
+	// Replicas is the count the answering controller creates and raises
+	// streams and buckets to; Streams is each one's replication state.
+	Replicas int            `json:"replicas,omitempty"`
+	Streams  []StreamHealth `json:"streams,omitempty"`
 }
 
 // NodeCounts counts nodes by state.

@@ -19,11 +19,15 @@ type JobSpec struct {
 	Strategy  Strategy `json:"strategy,omitempty" yaml:"strategy,omitempty"`
 	Timeout   string   `json:"timeout,omitempty" yaml:"timeout,omitempty"`
 	CheckMode bool     `json:"check_mode,omitempty" yaml:"check_mode,omitempty"`
+	// MaxConcurrency and MaxErrors: see Job.
+	MaxConcurrency *Limit `json:"max_concurrency,omitempty" yaml:"max_concurrency,omitempty"`
+	MaxErrors      *Limit `json:"max_errors,omitempty" yaml:"max_errors,omitempty"`
 }
 
 // Job returns a new, not yet submitted job for the spec.
 func (s JobSpec) Job() *Job {
-	return &Job{Target: s.Target, Tasks: s.Tasks, Strategy: s.Strategy, Timeout: s.Timeout, CheckMode: s.CheckMode}
+	return &Job{Target: s.Target, Tasks: s.Tasks, Strategy: s.Strategy, Timeout: s.Timeout, CheckMode: s.CheckMode,
+		MaxConcurrency: s.MaxConcurrency, MaxErrors: s.MaxErrors}
 }
 
 // MaxJobFileBytes bounds what a job file or request body may hold.

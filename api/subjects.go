@@ -16,6 +16,15 @@ const (
 	BucketControllers = "controllers"
 	// BucketSchemas holds backend schema sets keyed by SchemaDigest.
 	BucketSchemas = "schemas"
+	// BucketTokens holds the API tokens (hashed) by name; only controllers
+	// read it.
+	BucketTokens = "tokens"
+	// BucketKeys holds the cluster key that encrypts sensitive params at
+	// rest (controllers only).
+	BucketKeys = "keys"
+	// BucketJobSecrets holds, by job id, a job's sensitive param values
+	// encrypted under the cluster key, while the job may still run.
+	BucketJobSecrets = "job_secrets"
 
 	SubjectRequests = "request.>"
 	SubjectCommands = "cmd.>"

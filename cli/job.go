@@ -36,6 +36,9 @@ type runOptions struct {
 	wait     bool
 	check    bool
 	params   []string // --param name=value, for names that collide with a flag
+	// maxConcurrency and maxErrors are the job's rollout limits ("10%", "1").
+	maxConcurrency string
+	maxErrors      string
 }
 
 func newJobRunCommand(g *globals) *cobra.Command {
@@ -53,10 +56,14 @@ TARGET is all, any, group:NAME or node:ID.
 
 Without --wait the job id is printed (with -o json, the job). With --wait the
 command follows the job to its end and prints per-node results; the exit code
-is 0 when the job completed and 1 when it failed, was cancelled or partially
-failed.`,
+is 0 when the job completed, 1 when it failed, was cancelled or partially
+failed, and 3 when unreachable nodes alone kept it from completing (no node
+failed). --max-concurrency and --max-errors roll the job out a slot at a
+time: a count (3) or a percentage of the nodes (10%, rounded down); once
+more than --max-errors nodes failed or were unreachable, no new node starts.`,
 		Example: `  grid job run --target group:web ping echo --message hi --wait
   grid job run --target all ping sleep --duration=2s --timeout 1m
+  grid job run -f deploy.yaml --max-concurrency 10% --max-errors 1 --wait
   grid job run -f examples/jobs/pipeline-then-barrier.yaml --wait
   grid job run --target node:web-1 apt install --check -- --package curl`,
 		// Parameters are arbitrary --name value pairs, which pflag would
@@ -73,6 +80,8 @@ failed.`,
 	f.StringVar(&o.timeout, "timeout", "", "job timeout, e.g. 10m (overrides the file's)")
 	f.BoolVar(&o.wait, "wait", false, "wait for the job to finish and print its results")
 	f.BoolVar(&o.check, "check", false, "check mode: report what would change without changing it")
+	f.StringVar(&o.maxConcurrency, "max-concurrency", "", "most nodes running a step at once: a count or a percentage, e.g. 10% (overrides the file's)")
+	f.StringVar(&o.maxErrors, "max-errors", "", "failed or unreachable nodes tolerated before no new node starts: a count or a percentage (overrides the file's)")
 	f.StringArrayVarP(&o.params, "param", "p", nil, "task parameter name=value (repeatable)")
 	return cmd
 }
@@ -286,6 +295,19 @@ func buildSpec(o *runOptions, ra runArgs, changed func(string) bool) (*api.JobSp
 	if changed("check") {
 		spec.CheckMode = o.check
 	}
+	for _, lf := range []struct {
+		flag, value string
+		dst         **api.Limit
+	}{{"max-concurrency", o.maxConcurrency, &spec.MaxConcurrency}, {"max-errors", o.maxErrors, &spec.MaxErrors}} {
+		if !changed(lf.flag) {
+			continue
+		}
+		l, err := api.ParseLimit(lf.value)
+		if err != nil {
+			return nil, usageErrorf("--%s: %w", lf.flag, err)
+		}
+		*lf.dst = &l
+	}
 	if err := spec.Job().Validate(); err != nil {
 		return nil, usageErrorf("%w", err)
 	}
@@ -313,16 +335,27 @@ func readJobFile(path string) ([]byte, error) {
 	return data, nil
 }
 
-// jobOutcome maps a finished job to the command's result.
+// jobOutcome maps a finished job to the command's result: nil when it
+// completed (or is not finished), ExitUnreachable when unreachable nodes
+// alone kept it from completing, else ExitFailed.
 func jobOutcome(j *api.Job) error {
-	if j.Status == api.JobCompleted {
+	if j.Status == api.JobCompleted || !j.Status.Terminal() {
 		return nil
 	}
 	msg := fmt.Sprintf("job %s %s", j.ID, j.Status)
 	if j.Error != "" {
 		msg += ": " + j.Error
 	}
-	return &exitError{code: ExitFailed, err: errors.New(msg)}
+	code := ExitFailed
+	sum := j.Summary
+	if sum == nil {
+		s := j.Summarize()
+		sum = &s
+	}
+	if j.Status != api.JobCancelled && sum.Unreachable > 0 && sum.Failed == 0 {
+		code = ExitUnreachable
+	}
+	return &exitError{code: code, err: errors.New(msg)}
 }
 
 // followJob polls the job and redraws a compact progress view until the job
@@ -367,7 +400,10 @@ func newJobStatusCommand(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "status ID",
 		Short: "Show a job with its per-node results",
-		Args:  exactArgs("ID"),
+		Long: `Show a job with its per-node results. The exit code is the job's, as with
+job run --wait: 0 completed (or still running), 1 failed, cancelled or
+partially failed, 3 unreachable nodes alone kept it from completing.`,
+		Args: exactArgs("ID"),
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
 			c, err := g.client()
 			if err != nil {
@@ -377,24 +413,36 @@ func newJobStatusCommand(g *globals) *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("job %s: %w", args[0], err)
 			}
-			return printJob(g, j)
+			if err := printJob(g, j); err != nil {
+				return err
+			}
+			// The exit code is the job's, as with job run --wait.
+			return jobOutcome(j)
 		}),
 	}
 }
 
 func newJobListCommand(g *globals) *cobra.Command {
-	return &cobra.Command{
+	var q api.JobQuery
+	var status string
+	cmd := &cobra.Command{
 		Use:   "list",
-		Short: "List jobs, newest first",
+		Short: "List jobs, newest first (one page; --cursor continues)",
 		Args:  exactArgs(),
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
 			c, err := g.client()
 			if err != nil {
 				return err
 			}
-			jobs, err := c.ListJobs(cmd.Context())
+			q.Status = api.JobStatus(status)
+			jobs, err := c.ListJobsPage(cmd.Context(), q)
 			if err != nil {
 				return fmt.Errorf("list jobs: %w", err)
+			}
+			if !g.json() && len(jobs) == q.Limit && len(jobs) > 0 {
+				defer func() {
+					_, _ = fmt.Fprintf(g.stderr, "more jobs: grid job list --limit %d --cursor %s\n", q.Limit, api.JobCursor(&jobs[len(jobs)-1]))
+				}()
 			}
 			if g.json() {
 				if jobs == nil {
@@ -405,6 +453,11 @@ func newJobListCommand(g *globals) *cobra.Command {
 			return printJobList(g.stdout, jobs, time.Now())
 		}),
 	}
+	cmd.Flags().IntVar(&q.Limit, "limit", 50, "jobs per page (1-1000)")
+	cmd.Flags().StringVar(&q.Cursor, "cursor", "", "continue after this job (printed when there are more)")
+	cmd.Flags().StringVar(&status, "status", "", "only jobs in this state (pending, running, completed, failed, cancelled, partial_failure)")
+	cmd.Flags().StringVar(&q.SubmittedBy, "submitted-by", "", "only jobs submitted with this token name")
+	return cmd
 }
 
 func newJobCancelCommand(g *globals) *cobra.Command {

@@ -7,6 +7,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
+	"github.com/gridfleet/terraform-provider-grid/internal/retry"
 )
 
 // ensureSchedulerConsumer creates (or finds) the durable consumer every
@@ -15,10 +16,12 @@ import (
 // left at 0, which makes the consumer inherit the stream's replicas (R3 in a
 // cluster of three), so it survives the loss of one server with its state.
 func (c *Controller) ensureSchedulerConsumer(ctx context.Context) (jetstream.Consumer, error) {
-	delay := 250 * time.Millisecond
-	for try := 1; ; try++ {
+	var cons jetstream.Consumer
+	err := retry.Do(ctx, retry.Policy{Initial: 250 * time.Millisecond, Multiplier: 2, Max: 5 * time.Second}, func(try int) error {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		cons, err := c.js.CreateOrUpdateConsumer(cctx, api.StreamRequests, jetstream.ConsumerConfig{
+		defer cancel()
+		var err error
+		cons, err = c.js.CreateOrUpdateConsumer(cctx, api.StreamRequests, jetstream.ConsumerConfig{
 			Durable:   schedulerConsumer,
 			AckPolicy: jetstream.AckExplicitPolicy,
 			// A request fetched by a controller that dies before claiming
@@ -28,21 +31,13 @@ func (c *Controller) ensureSchedulerConsumer(ctx context.Context) (jetstream.Con
 			AckWait:       10 * time.Second,
 			MaxAckPending: 10000,
 		})
-		cancel()
-		if err == nil {
-			return cons, nil
-		}
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		if try == 1 || try%10 == 0 {
+		if err != nil && ctx.Err() == nil && (try == 1 || try%10 == 0) {
 			c.log.Warn("scheduler consumer; retrying", "err", err)
 		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(delay):
-		}
-		delay = min(delay*2, 5*time.Second)
+		return err
+	})
+	if err != nil && ctx.Err() != nil {
+		return nil, ctx.Err()
 	}
+	return cons, err
 }

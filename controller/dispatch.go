@@ -14,6 +14,7 @@ import (
 
 	"github.com/gridfleet/terraform-provider-grid/api"
 	"github.com/gridfleet/terraform-provider-grid/internal/bus"
+	"github.com/gridfleet/terraform-provider-grid/internal/retry"
 )
 
 // maxExclude bounds the exclude list a broadcast carries; beyond it the
@@ -32,12 +33,12 @@ func (c *Controller) taskTimeout(t api.Task) time.Duration {
 // backoff is the delay before retry number attempt+1: the configured base,
 // doubled per attempt, capped.
 func (c *Controller) backoff(attempt int) time.Duration {
-	d := c.cfg.RetryBackoff.D()
-	for i := 1; i < attempt && d < c.cfg.RetryBackoffMax.D(); i++ {
-		d *= 2
-	}
-	return min(d, c.cfg.RetryBackoffMax.D())
+	p := retry.Policy{Initial: c.cfg.RetryBackoff.D(), Multiplier: 2, Max: c.cfg.RetryBackoffMax.D()}
+	return min(p.Delay(attempt), c.cfg.RetryBackoffMax.D())
 }
+
+// publishCommandPolicy paces the tries of one command's publish.
+var publishCommandPolicy = retry.Policy{Initial: 100 * time.Millisecond, Step: 100 * time.Millisecond, Tries: 3}
 
 func (r *run) command(s api.FlatStep, attempt int) api.Command {
 	return api.Command{
@@ -51,7 +52,9 @@ func (r *run) command(s api.FlatStep, attempt int) api.Command {
 // (give or take a short exclude list), else one command per node.
 func (r *run) dispatchMany(s api.FlatStep, nodes []*nodeRun, attempt int) {
 	t := r.job.Target
-	if t.Scope == api.ScopeAll || t.Scope == api.ScopeGroup {
+	// A step with sensitive values goes to each node on its own subject,
+	// sealed for that node.
+	if (t.Scope == api.ScopeAll || t.Scope == api.ScopeGroup) && len(r.secrets[s.Index]) == 0 {
 		active := make(map[string]bool, len(nodes))
 		for _, n := range nodes {
 			active[n.id] = true
@@ -78,6 +81,7 @@ func (r *run) dispatchMany(s api.FlatStep, nodes []*nodeRun, attempt int) {
 // dispatchOne sends one attempt of a step to one node.
 func (r *run) dispatchOne(s api.FlatStep, n *nodeRun, attempt int) {
 	cmd := r.command(s, attempt)
+	r.sealFor(&cmd, n.id)
 	r.markDispatched(s, []*nodeRun{n}, attempt)
 	r.c.publishCommand(r.stepCtx(s), api.NodeCommandSubject(n.id, s.Task.Backend, s.Task.Action), &cmd)
 }
@@ -128,17 +132,14 @@ func (c *Controller) publishCommand(ctx context.Context, subject string, cmd *ap
 	// attempt within its duplicate window.
 	msg.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("%s/%d/%d/%s", cmd.JobID, cmd.TaskIndex, cmd.Attempt, subject))
 	bus.InjectTrace(ctx, msg)
-	for try := range 3 {
+	err = retry.Do(ctx, publishCommandPolicy, func(int) error {
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_, err = c.js.PublishMsg(pctx, msg)
-		cancel()
-		if err == nil {
-			return
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		time.Sleep(time.Duration(try+1) * 100 * time.Millisecond)
+		defer cancel()
+		_, err := c.js.PublishMsg(pctx, msg)
+		return err
+	})
+	if err == nil || ctx.Err() != nil {
+		return
 	}
 	span.SetStatus(codes.Error, err.Error())
 	c.log.Error("publish command", "subject", subject, "job", cmd.JobID, "step", cmd.TaskIndex, "err", err)

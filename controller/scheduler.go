@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
+	"github.com/gridfleet/terraform-provider-grid/internal/retry"
 )
 
 // schedulerConsumer is the durable consumer on the requests stream that
@@ -57,7 +58,7 @@ func (c *Controller) schedule(ctx context.Context) {
 			}
 			if ctx.Err() == nil && !errors.Is(err, jetstream.ErrNoMessages) {
 				c.log.Warn("fetch requests", "err", err)
-				time.Sleep(250 * time.Millisecond)
+				_ = retry.Sleep(ctx, 250*time.Millisecond)
 			}
 			continue
 		}
@@ -132,7 +133,7 @@ func (c *Controller) claim(ctx context.Context, m jetstream.Msg) bool {
 		}
 		j.Status = api.JobRunning
 		j.Owner = c.id
-		j.Expected = c.reg.resolve(j.Target)
+		j.Expected, j.Unreachable = c.reg.resolveAll(j.Target)
 		now := time.Now().UTC()
 		j.UpdatedAt = now
 		j.StartedAt = &now
@@ -159,7 +160,9 @@ func (c *Controller) claim(ctx context.Context, m jetstream.Msg) bool {
 		return false
 	}
 	if started {
-		c.startRun(job, rev)
+		// Refused once shutdown began: the job stays running and owned
+		// here, for a restart or a peer to resume, like one interrupted.
+		started = c.startRun(job, rev)
 	}
 	// A confirmed ack: once a job runs its request no longer counts as
 	// pending for admission control. (A controller that dies before the
@@ -172,8 +175,9 @@ func (c *Controller) claim(ctx context.Context, m jetstream.Msg) bool {
 	return started
 }
 
-// startRun executes a job this controller owns.
-func (c *Controller) startRun(job *api.Job, rev uint64) {
+// startRun executes a job this controller owns. It refuses (false) once
+// shutdown has begun, so every run shutdown waits for is known to it.
+func (c *Controller) startRun(job *api.Job, rev uint64) bool {
 	if job.StartedAt == nil {
 		now := time.Now().UTC()
 		job.StartedAt = &now
@@ -193,9 +197,30 @@ func (c *Controller) startRun(job *api.Job, rev uint64) {
 		ctx: rctx, cancel: cancel, stopTimeout: stopTimeout, job: job, enc: newJobEncoder(), rev: rev, resolvedAt: *job.StartedAt,
 		flushKick: make(chan struct{}, 1), done: make(chan struct{}), settled: make(chan struct{}),
 	}
-	c.addRun(r)
+	if hasSensitive(r.steps) {
+		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+		sec, err := c.loadSecrets(sctx, job.ID)
+		scancel()
+		if err != nil {
+			// The steps that need them fail on the node, naming the param.
+			r.log.Warn("sensitive params unavailable", "err", err)
+			sec = stepSecrets{}
+		}
+		r.secrets = sec
+	}
+	if !c.addRun(r) {
+		cancel(errShutdown)
+		stopTimeout()
+		span.End()
+		r.log.Info("shutting down; not starting the job")
+		return false
+	}
 	r.log.Info("job started", "target", job.Target.String(), "nodes", len(job.Expected), "steps", len(r.steps))
-	go r.execute()
+	go func() {
+		defer c.runWG.Done()
+		r.execute()
+	}()
+	return true
 }
 
 // resumeOwned restarts the running jobs this controller owned before it

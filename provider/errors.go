@@ -27,8 +27,12 @@ func addClientError(diags *diag.Diagnostics, summary string, err error) {
 	if errors.As(err, &ae) {
 		hint := ""
 		switch ae.StatusCode {
-		case 401, 403:
-			hint = "\n\nThe controller refused the credentials: set the provider's token (or GRID_TOKEN)."
+		case 401:
+			hint = "\n\nThe controller refused the token: set the provider's token (or GRID_TOKEN) to a live token " +
+				"of this controller (the first admin token is in its data dir, file admin-token; grid token create makes more)."
+		case 403:
+			hint = "\n\nThe token's role is too weak: grid_job needs a token with role operator (admin for " +
+				"dangerous actions); data sources need read."
 		case 429:
 			hint = "\n\nThe controller's queue is full; wait for running jobs to finish and apply again."
 		}
@@ -38,9 +42,11 @@ func addClientError(diags *diag.Diagnostics, summary string, err error) {
 	diags.AddError(summary, err.Error())
 }
 
-// fieldPath turns a field named by api validation ("tasks[1].tasks[0].params.x",
-// "target.value") into an attribute path under root (path.Empty() for the
-// resource's own attributes).
+// fieldPath is the one parser of the fields api validation names
+// ("tasks[1].tasks[0].params.x", "target.value"): it turns one into an
+// attribute path under root (path.Empty() for the resource's own
+// attributes). A field may start at an index ("[1].tasks[0].action") when
+// root is the list attribute it is relative to.
 func fieldPath(root path.Path, field string) path.Path {
 	p := root
 	first := true
@@ -51,14 +57,17 @@ func fieldPath(root path.Path, field string) path.Path {
 			continue
 		}
 		name, idx := part, -1
-		if o := strings.IndexByte(part, '['); o > 0 && strings.HasSuffix(part, "]") {
+		if o := strings.IndexByte(part, '['); o >= 0 && strings.HasSuffix(part, "]") {
 			if n, err := strconv.Atoi(part[o+1 : len(part)-1]); err == nil {
 				name, idx = part[:o], n
 			}
 		}
-		if first && root.Equal(path.Empty()) {
+		switch {
+		case name == "" && first && !root.Equal(path.Empty()):
+			// "[1]...": an index into root itself.
+		case first && root.Equal(path.Empty()):
 			p = path.Root(name)
-		} else {
+		default:
 			p = p.AtName(name)
 		}
 		first = false

@@ -65,27 +65,7 @@ func (d *jobDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, re
 			"nodes":       schema.ListAttribute{Computed: true, ElementType: types.StringType, MarkdownDescription: "Ids of the nodes the target resolved to, sorted."},
 			"created_at":  schema.StringAttribute{Computed: true, MarkdownDescription: "When the controller accepted the job (RFC 3339)."},
 			"finished_at": schema.StringAttribute{Computed: true, MarkdownDescription: "When the job ended (RFC 3339); empty while it runs."},
-			"results": schema.ListNestedAttribute{
-				MarkdownDescription: "One element per step, in the order the steps run.",
-				Computed:            true,
-				NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
-					"index":   schema.Int64Attribute{Computed: true, MarkdownDescription: "Flat step index."},
-					"backend": schema.StringAttribute{Computed: true, MarkdownDescription: "Backend of the step."},
-					"action":  schema.StringAttribute{Computed: true, MarkdownDescription: "Action of the step."},
-					"nodes": schema.MapNestedAttribute{
-						MarkdownDescription: "Result of each node that took part in the step, by node id.",
-						Computed:            true,
-						NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
-							"status":   schema.StringAttribute{Computed: true, MarkdownDescription: "`success`, `failed`, `skipped`, `cancelled`, or a state in progress."},
-							"output":   schema.StringAttribute{Computed: true, MarkdownDescription: "What the action reported."},
-							"error":    schema.StringAttribute{Computed: true, MarkdownDescription: "Why it failed."},
-							"changed":  schema.BoolAttribute{Computed: true, MarkdownDescription: "Whether the action changed something."},
-							"duration": schema.StringAttribute{Computed: true, MarkdownDescription: "How long the last attempt ran."},
-							"attempts": schema.Int64Attribute{Computed: true, MarkdownDescription: "How many times it ran."},
-						}},
-					},
-				}},
-			},
+			"results":     dataSourceResultsAttribute(),
 		},
 	}
 }

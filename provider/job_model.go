@@ -2,6 +2,7 @@ package provider
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"sort"
@@ -25,33 +26,23 @@ var (
 		"value": types.StringType,
 	}
 	leafAttrTypes = map[string]attr.Type{
-		"backend":     types.StringType,
-		"action":      types.StringType,
-		"params":      types.MapType{ElemType: types.StringType},
-		"timeout":     types.StringType,
-		"max_retries": types.Int64Type,
-		"condition":   types.StringType,
+		"backend":          types.StringType,
+		"action":           types.StringType,
+		"params":           types.MapType{ElemType: types.StringType},
+		"sensitive_params": types.MapType{ElemType: types.StringType},
+		"timeout":          types.StringType,
+		"max_retries":      types.Int64Type,
+		"condition":        types.StringType,
 	}
 	leafObjectType = types.ObjectType{AttrTypes: leafAttrTypes}
-	taskAttrTypes  = withAttr(leafAttrTypes, "tasks", types.ListType{ElemType: leafObjectType})
+	taskAttrTypes  = withAttr(withAttr(withAttr(leafAttrTypes, "tasks", types.ListType{ElemType: leafObjectType}),
+		"max_concurrency", types.StringType), "max_errors", types.StringType)
 	taskObjectType = types.ObjectType{AttrTypes: taskAttrTypes}
 
-	resultNodeAttrTypes = map[string]attr.Type{
-		"status":   types.StringType,
-		"output":   types.StringType,
-		"error":    types.StringType,
-		"changed":  types.BoolType,
-		"duration": types.StringType,
-		"attempts": types.Int64Type,
-	}
+	resultNodeAttrTypes  = resultAttrTypesOf(resultNodeFields)
 	resultNodeObjectType = types.ObjectType{AttrTypes: resultNodeAttrTypes}
-	resultAttrTypes      = map[string]attr.Type{
-		"index":   types.Int64Type,
-		"backend": types.StringType,
-		"action":  types.StringType,
-		"nodes":   types.MapType{ElemType: resultNodeObjectType},
-	}
-	resultObjectType = types.ObjectType{AttrTypes: resultAttrTypes}
+	resultAttrTypes      = withAttr(resultAttrTypesOf(resultStepFields), "nodes", types.MapType{ElemType: resultNodeObjectType})
+	resultObjectType     = types.ObjectType{AttrTypes: resultAttrTypes}
 )
 
 func withAttr(m map[string]attr.Type, name string, t attr.Type) map[string]attr.Type {
@@ -72,28 +63,36 @@ type targetModel struct {
 // taskModel maps one element of tasks: a leaf (backend/action) or a branch
 // (nested tasks, a per-node pipeline).
 type taskModel struct {
-	Backend    types.String `tfsdk:"backend"`
-	Action     types.String `tfsdk:"action"`
-	Params     types.Map    `tfsdk:"params"`
-	Timeout    types.String `tfsdk:"timeout"`
-	MaxRetries types.Int64  `tfsdk:"max_retries"`
-	Condition  types.String `tfsdk:"condition"`
-	Tasks      types.List   `tfsdk:"tasks"`
+	Backend types.String `tfsdk:"backend"`
+	Action  types.String `tfsdk:"action"`
+	Params  types.Map    `tfsdk:"params"`
+	// SensitiveParams are merged with Params; Terraform marks them
+	// sensitive.
+	SensitiveParams types.Map    `tfsdk:"sensitive_params"`
+	Timeout         types.String `tfsdk:"timeout"`
+	MaxRetries      types.Int64  `tfsdk:"max_retries"`
+	Condition       types.String `tfsdk:"condition"`
+	Tasks           types.List   `tfsdk:"tasks"`
+	// MaxConcurrency and MaxErrors roll a top-level task out (see api.Phase).
+	MaxConcurrency types.String `tfsdk:"max_concurrency"`
+	MaxErrors      types.String `tfsdk:"max_errors"`
 }
 
 // leafModel maps one element of a nested tasks list.
 type leafModel struct {
-	Backend    types.String `tfsdk:"backend"`
-	Action     types.String `tfsdk:"action"`
-	Params     types.Map    `tfsdk:"params"`
-	Timeout    types.String `tfsdk:"timeout"`
-	MaxRetries types.Int64  `tfsdk:"max_retries"`
-	Condition  types.String `tfsdk:"condition"`
+	Backend         types.String `tfsdk:"backend"`
+	Action          types.String `tfsdk:"action"`
+	Params          types.Map    `tfsdk:"params"`
+	SensitiveParams types.Map    `tfsdk:"sensitive_params"`
+	Timeout         types.String `tfsdk:"timeout"`
+	MaxRetries      types.Int64  `tfsdk:"max_retries"`
+	Condition       types.String `tfsdk:"condition"`
 }
 
 func (l leafModel) task() taskModel {
-	return taskModel{Backend: l.Backend, Action: l.Action, Params: l.Params, Timeout: l.Timeout,
-		MaxRetries: l.MaxRetries, Condition: l.Condition, Tasks: types.ListNull(leafObjectType)}
+	return taskModel{Backend: l.Backend, Action: l.Action, Params: l.Params, SensitiveParams: l.SensitiveParams, Timeout: l.Timeout,
+		MaxRetries: l.MaxRetries, Condition: l.Condition, Tasks: types.ListNull(leafObjectType),
+		MaxConcurrency: types.StringNull(), MaxErrors: types.StringNull()}
 }
 
 // specLeaf is one leaf of a configured task tree.
@@ -103,6 +102,8 @@ type specLeaf struct {
 	// Field is the same path in api's notation.
 	Field string
 	Task  api.Task
+	// Hidden names the params set in sensitive_params.
+	Hidden map[string]bool
 	// Known is false when any of the leaf's values is unknown.
 	Known bool
 }
@@ -150,6 +151,12 @@ func readTasks(ctx context.Context, l types.List, root path.Path, field string, 
 			return tree, diags
 		}
 		ph, known := phaseFrom(tm)
+		for k := range tm.SensitiveParams.Elements() {
+			if _, dup := tm.Params.Elements()[k]; dup {
+				diags.AddAttributeError(p.AtName("sensitive_params").AtMapKey(k), "Invalid Task Parameters",
+					fmt.Sprintf("Parameter %q is set in both params and sensitive_params; set it in one of them (sensitive_params for a secret).", k))
+			}
+		}
 		if !tm.Tasks.IsNull() {
 			sub, d := readTasks(ctx, tm.Tasks, p.AtName("tasks"), f+".tasks", true)
 			diags.Append(d...)
@@ -159,7 +166,11 @@ func readTasks(ctx context.Context, l types.List, root path.Path, field string, 
 			tree.Phases = append(tree.Phases, ph)
 			continue
 		}
-		tree.Leaves = append(tree.Leaves, specLeaf{Path: p, Field: f, Task: ph.ToTask(), Known: known})
+		hidden := map[string]bool{}
+		for k := range tm.SensitiveParams.Elements() {
+			hidden[k] = true
+		}
+		tree.Leaves = append(tree.Leaves, specLeaf{Path: p, Field: f, Task: ph.ToTask(), Hidden: hidden, Known: known})
 		tree.Known = tree.Known && known
 		tree.Phases = append(tree.Phases, ph)
 	}
@@ -170,17 +181,25 @@ func readTasks(ctx context.Context, l types.List, root path.Path, field string, 
 // when any of them is unknown.
 func phaseFrom(tm taskModel) (api.Phase, bool) {
 	known := !tm.Backend.IsUnknown() && !tm.Action.IsUnknown() && !tm.Timeout.IsUnknown() &&
-		!tm.MaxRetries.IsUnknown() && !tm.Condition.IsUnknown() && !tm.Params.IsUnknown() && !tm.Tasks.IsUnknown()
+		!tm.MaxRetries.IsUnknown() && !tm.Condition.IsUnknown() && !tm.Params.IsUnknown() && !tm.Tasks.IsUnknown() &&
+		!tm.MaxConcurrency.IsUnknown() && !tm.MaxErrors.IsUnknown() && !tm.SensitiveParams.IsUnknown()
 	ph := api.Phase{
-		Backend:    tm.Backend.ValueString(),
-		Action:     tm.Action.ValueString(),
-		Timeout:    tm.Timeout.ValueString(),
-		MaxRetries: int(tm.MaxRetries.ValueInt64()),
-		Condition:  api.Condition(tm.Condition.ValueString()),
+		Backend:        tm.Backend.ValueString(),
+		Action:         tm.Action.ValueString(),
+		Timeout:        tm.Timeout.ValueString(),
+		MaxRetries:     int(tm.MaxRetries.ValueInt64()),
+		Condition:      api.Condition(tm.Condition.ValueString()),
+		MaxConcurrency: limitFrom(tm.MaxConcurrency),
+		MaxErrors:      limitFrom(tm.MaxErrors),
 	}
-	if !tm.Params.IsNull() && !tm.Params.IsUnknown() {
-		ph.Params = api.Params{}
-		for k, v := range tm.Params.Elements() {
+	for _, m := range []types.Map{tm.Params, tm.SensitiveParams} {
+		if m.IsNull() || m.IsUnknown() {
+			continue
+		}
+		if ph.Params == nil {
+			ph.Params = api.Params{}
+		}
+		for k, v := range m.Elements() {
 			s, ok := v.(types.String)
 			if !ok || s.IsUnknown() {
 				known = false
@@ -215,6 +234,8 @@ func tasksValue(phases []api.Phase) (types.List, diag.Diagnostics) {
 		} else {
 			attrs["tasks"] = types.ListNull(leafObjectType)
 		}
+		attrs["max_concurrency"] = limitValue(ph.MaxConcurrency)
+		attrs["max_errors"] = limitValue(ph.MaxErrors)
 		o, d := types.ObjectValue(taskAttrTypes, attrs)
 		diags.Append(d...)
 		elems = append(elems, o)
@@ -225,25 +246,35 @@ func tasksValue(phases []api.Phase) (types.List, diag.Diagnostics) {
 }
 
 func leafAttrs(ph api.Phase) map[string]attr.Value {
-	params := types.MapNull(types.StringType)
-	if len(ph.Params) > 0 {
-		m := make(map[string]attr.Value, len(ph.Params))
-		for k, v := range ph.Params {
-			m[k] = types.StringValue(v)
+	// The controller shows a sensitive value as api.SensitiveValue; it
+	// belongs in sensitive_params.
+	plain, hidden := map[string]attr.Value{}, map[string]attr.Value{}
+	for k, v := range ph.Params {
+		if v == api.SensitiveValue {
+			hidden[k] = types.StringValue(v)
+		} else {
+			plain[k] = types.StringValue(v)
 		}
-		params = types.MapValueMust(types.StringType, m)
+	}
+	params, sensitive := types.MapNull(types.StringType), types.MapNull(types.StringType)
+	if len(plain) > 0 {
+		params = types.MapValueMust(types.StringType, plain)
+	}
+	if len(hidden) > 0 {
+		sensitive = types.MapValueMust(types.StringType, hidden)
 	}
 	maxRetries := types.Int64Null()
 	if ph.MaxRetries != 0 {
 		maxRetries = types.Int64Value(int64(ph.MaxRetries))
 	}
 	return map[string]attr.Value{
-		"backend":     optString(ph.Backend),
-		"action":      optString(ph.Action),
-		"params":      params,
-		"timeout":     optString(ph.Timeout),
-		"max_retries": maxRetries,
-		"condition":   optString(string(ph.Condition)),
+		"backend":          optString(ph.Backend),
+		"action":           optString(ph.Action),
+		"params":           params,
+		"sensitive_params": sensitive,
+		"timeout":          optString(ph.Timeout),
+		"max_retries":      maxRetries,
+		"condition":        optString(string(ph.Condition)),
 	}
 }
 
@@ -338,14 +369,19 @@ func jobSucceeded(job *api.Job, allowEmpty bool) bool {
 }
 
 // failureDetail lists what went wrong in a job: each failed node with its
-// step and error, then the job's own error.
+// step and error, the unreachable nodes apart from them, the nodes a
+// rollout never started, then the job's own error and its counts.
 func failureDetail(job *api.Job) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Job %s on target %s ended %s.", job.ID, job.Target, job.Status)
 	if job.Error != "" {
 		fmt.Fprintf(&b, " %s.", strings.TrimSuffix(job.Error, "."))
 	}
-	var lines []string
+	var failed, unreachable []string
+	notStarted := map[string]bool{}
+	for _, id := range job.Unreachable {
+		unreachable = append(unreachable, fmt.Sprintf("  - node %s: offline when the target was resolved; the job did not run on it", id))
+	}
 	for _, s := range api.Flatten(job.Tasks) {
 		res := job.Results[s.Index]
 		ids := make([]string, 0, len(res))
@@ -355,7 +391,18 @@ func failureDetail(job *api.Job) string {
 		sort.Strings(ids)
 		for _, id := range ids {
 			r := res[id]
-			if r == nil || (r.Status != api.StepFailed && r.Status != api.StepCancelled) {
+			if r == nil {
+				continue
+			}
+			switch r.Status {
+			case api.StepNotStarted:
+				notStarted[id] = true
+				continue
+			case api.StepUnreachable:
+				unreachable = append(unreachable, fmt.Sprintf("  - node %s, step %d (%s): %s", id, s.Index, s.Task.Name(), r.Error))
+				continue
+			case api.StepFailed, api.StepCancelled:
+			default:
 				continue
 			}
 			msg := r.Error
@@ -366,12 +413,50 @@ func failureDetail(job *api.Job) string {
 			if r.Attempts > 1 {
 				attempts = fmt.Sprintf(" after %d attempts", r.Attempts)
 			}
-			lines = append(lines, fmt.Sprintf("  - node %s, step %d (%s): %s%s", id, s.Index, s.Task.Name(), msg, attempts))
+			failed = append(failed, fmt.Sprintf("  - node %s, step %d (%s): %s%s", id, s.Index, s.Task.Name(), msg, attempts))
 		}
 	}
-	if len(lines) > 0 {
+	if len(failed) > 0 {
 		b.WriteString("\n\nFailed nodes:\n")
-		b.WriteString(strings.Join(lines, "\n"))
+		b.WriteString(strings.Join(failed, "\n"))
+	}
+	if len(unreachable) > 0 {
+		b.WriteString("\n\nUnreachable nodes (not failed: bring them back online and apply again):\n")
+		b.WriteString(strings.Join(unreachable, "\n"))
+	}
+	if len(notStarted) > 0 {
+		ids := make([]string, 0, len(notStarted))
+		for id := range notStarted {
+			ids = append(ids, id)
+		}
+		sort.Strings(ids)
+		fmt.Fprintf(&b, "\n\nNot started (max_errors exceeded): %s", strings.Join(ids, ", "))
+	}
+	if sum := job.Summary; sum != nil {
+		fmt.Fprintf(&b, "\n\nNodes: %d targeted, %d reached, %d succeeded, %d failed, %d unreachable, %d not started.",
+			sum.Targeted, sum.Reached, sum.Succeeded, sum.Failed, sum.Unreachable, sum.NotStarted)
 	}
 	return b.String()
+}
+
+// limitFrom reads a max_concurrency or max_errors value ("3", "10%"); null
+// and unknown are no limit. Text that does not parse is kept for
+// api validation to report with the attribute's name.
+func limitFrom(v types.String) *api.Limit {
+	if v.IsNull() || v.IsUnknown() {
+		return nil
+	}
+	var l api.Limit
+	// UnmarshalJSON never fails on a JSON string: bad text is kept.
+	b, _ := json.Marshal(v.ValueString())
+	_ = l.UnmarshalJSON(b)
+	return &l
+}
+
+// limitValue renders a limit as its attribute value.
+func limitValue(l *api.Limit) types.String {
+	if l == nil {
+		return types.StringNull()
+	}
+	return types.StringValue(l.String())
 }

@@ -465,12 +465,14 @@ func waitSystemd(ct string, timeout time.Duration) (string, error) {
 // controller's CA and join token (copied in).
 func startAgent(t *testing.T, ct, natsURL, caFile, tokenFile string) {
 	t.Helper()
+	// --allow '*' enables the dangerous actions (apt remove, systemd stop)
+	// the test exercises; the container is disposable.
 	for src, dst := range map[string]string{caFile: "/etc/grid-ca.pem", tokenFile: "/etc/grid-join-token"} {
 		if out, err := exec.Command("docker", "cp", src, ct+":"+dst).CombinedOutput(); err != nil {
 			t.Fatalf("copy %s into the container: %v: %s", src, err, out)
 		}
 	}
-	cmd := fmt.Sprintf("exec /usr/local/bin/grid agent --name %s --groups hosttest --nats %s --data-dir /var/lib/grid-agent"+
+	cmd := fmt.Sprintf("exec /usr/local/bin/grid agent --name %s --groups hosttest --allow '*' --nats %s --data-dir /var/lib/grid-agent"+
 		" --ca-file /etc/grid-ca.pem --join-token-file /etc/grid-join-token >/var/log/grid-agent.log 2>&1",
 		node, natsURL)
 	if out, err := exec.Command("docker", "exec", "-d", ct, "/bin/sh", "-c", cmd).CombinedOutput(); err != nil {
