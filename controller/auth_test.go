@@ -176,7 +176,7 @@ func TestReadTokenCannotSubmitOrCancel(t *testing.T) {
 		t.Fatalf("job after cancel: %+v %v", final, err)
 	}
 	// As stored, for every controller to see.
-	nc, err := nats.Connect(f.NATSURL())
+	nc, err := nats.Connect(f.NATSURL(), f.NATSOptions()...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -341,7 +341,7 @@ func TestAdminTokenFile(t *testing.T) {
 		t.Fatalf("tokens after first start: %+v %v", ts, err)
 	}
 	// The bucket holds a hash, never the token.
-	nc, err := nats.Connect(c.NATSURL())
+	nc, err := nats.Connect(c.NATSURL(), c.NATSOptions()...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -70,6 +70,7 @@ func TestSubmitRefusesJobThatCannotFit(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, f.APIURL()+"/job", bytes.NewBufferString(body))
+	req.Header.Set("Authorization", "Bearer "+f.AdminToken())
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -58,7 +58,7 @@ func dashboardJSON[T any](t *testing.T, ctx context.Context, f *fleet.Fleet, pat
 // test's own.
 func bucket(t *testing.T, ctx context.Context, f *fleet.Fleet, name string) jetstream.KeyValue {
 	t.Helper()
-	nc, err := nats.Connect(f.NATSURL())
+	nc, err := nats.Connect(f.NATSURL(), f.NATSOptions()...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,6 +84,21 @@ func TestFleetRoutePagesFiltersAndCounts(t *testing.T) {
 	defer cancel()
 	kv := bucket(t, ctx, f, api.BucketNodes)
 	now := time.Now().UTC()
+	admit := map[string][]string{}
+	for i := range 25 {
+		switch {
+		case i < 10:
+			admit[fmt.Sprintf("n-%02d", i)] = []string{"web.prod", "web.canary"}
+		case i < 20:
+			admit[fmt.Sprintf("n-%02d", i)] = []string{"db.prod"}
+		default:
+			admit[fmt.Sprintf("n-%02d", i)] = nil
+		}
+	}
+	// A secured controller takes a node's record only once it is admitted.
+	if err := f.AdmitNodes(ctx, admit); err != nil {
+		t.Fatal(err)
+	}
 	for i := range 25 {
 		n := api.NodeInfo{ID: fmt.Sprintf("n-%02d", i), Hostname: fmt.Sprintf("host-%02d", i), Status: api.NodeOnline,
 			Backends: []string{"ping"}, Version: "v1", OnlineSince: now, LastSeen: now}

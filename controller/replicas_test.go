@@ -41,6 +41,10 @@ func clusterConfigs(t *testing.T, n, replicas int) []controller.Config {
 		cfg.DataDir = filepath.Join(dir, cfg.Name)
 		cfg.APIAddr, cfg.NATSAddr, cfg.ClusterAddr = "127.0.0.1:0", freeAddr(t), freeAddr(t)
 		cfg.ClusterName = "ha"
+		// Replication is under test here, not the bus's security (the
+		// security tests run a secured cluster); insecure keeps the test
+		// free of a shared CA.
+		cfg.Insecure = true
 		cfg.Replicas = replicas
 		cfg.HeartbeatInterval = config.Duration(200 * time.Millisecond)
 		cfgs[i] = cfg

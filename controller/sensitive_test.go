@@ -29,9 +29,10 @@ func (s *syncBuffer) text() string {
 
 // sensitiveGet is this file's one raw HTTP helper (an Authorization
 // header goes here when the API needs one).
-func sensitiveGet(t *testing.T, url string) string {
+func sensitiveGet(t *testing.T, url, token string) string {
 	t.Helper()
 	req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, url, nil)
+	req.Header.Set("Authorization", "Bearer "+token)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -68,13 +69,13 @@ func TestSensitiveParamNeverInClear(t *testing.T) {
 		t.Errorf("API shows the param as %q, want %q", got, api.SensitiveValue)
 	}
 	for _, path := range []string{"/job/" + j.ID, "/job/" + j.ID + "?wait=1s", "/jobs"} {
-		body := sensitiveGet(t, f.APIURL()+path)
+		body := sensitiveGet(t, f.APIURL()+path, f.AdminToken())
 		if strings.Contains(body, secret) || !strings.Contains(body, api.SensitiveValue) {
 			t.Errorf("GET %s: %s", path, body)
 		}
 	}
 
-	nc, err := nats.Connect(f.NATSURL())
+	nc, err := nats.Connect(f.NATSURL(), f.NATSOptions()...)
 	if err != nil {
 		t.Fatal(err)
 	}

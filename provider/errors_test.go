@@ -29,7 +29,7 @@ func TestAddClientErrorTokenHint(t *testing.T) {
 			t.Fatalf("%v: %d diagnostics", c.err, len(diags))
 		}
 		detail := diags[0].Detail()
-		if got := strings.Contains(detail, "GRID_TOKEN"); got != c.tokenHint {
+		if got := strings.Contains(detail, "GRID_TOKEN") || strings.Contains(detail, "token's role"); got != c.tokenHint {
 			t.Errorf("%v: token hint %v, want %v:\n%s", c.err, got, c.tokenHint, detail)
 		}
 	}

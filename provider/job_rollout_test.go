@@ -84,6 +84,7 @@ func TestAccJobResource_targetedValidation(t *testing.T) {
 			c.Allow = []string{"ping.echo"}
 		}
 	}})
+	t.Setenv("GRID_TOKEN", f.AdminToken())
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
 		Steps: []resource.TestStep{
@@ -112,6 +113,7 @@ func TestAccJobResource_targetedValidation(t *testing.T) {
 func TestAccJobResource_converge(t *testing.T) {
 	testAccPreCheck(t)
 	f := fleettest.Start(t, fleet.Options{Agents: 2, Groups: func(int) []string { return []string{"web.dev"} }})
+	t.Setenv("GRID_TOKEN", f.AdminToken())
 	const res = "grid_job.test"
 	cfg := jobConfig(f.APIURL(), `
   target   = { scope = "group", value = "web" }

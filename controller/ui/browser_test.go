@@ -452,7 +452,15 @@ func TestFleetView10kNodes(t *testing.T) {
 // to see them all.
 func putNodes(t *testing.T, ctx context.Context, f *fleet.Fleet, n int) {
 	t.Helper()
-	nc, err := nats.Connect(f.NATSURL())
+	// A secured controller takes a node's record only once it is admitted.
+	admit := make(map[string][]string, n)
+	for i := range n {
+		admit[fmt.Sprintf("node-%05d", i)] = []string{fmt.Sprintf("dc%d.rack%02d", i%4, i%25)}
+	}
+	if err := f.AdmitNodes(ctx, admit); err != nil {
+		t.Fatalf("admit nodes: %v", err)
+	}
+	nc, err := nats.Connect(f.NATSURL(), f.NATSOptions()...)
 	if err != nil {
 		t.Fatal(err)
 	}

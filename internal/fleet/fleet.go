@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 	"time"
 
@@ -330,14 +329,15 @@ func (f *Fleet) WaitOnline(ctx context.Context, names ...string) error {
 // (a secured controller ignores records of nodes not admitted). Nothing
 // to do when the controller is insecure.
 func (f *Fleet) AdmitNode(ctx context.Context, id string, groups []string) error {
-	if f.NATSOptions() == nil {
+	return f.AdmitNodes(ctx, map[string][]string{id: groups})
+}
+
+// AdmitNodes is AdmitNode for many nodes (node id → groups) over one
+// connection; it returns once the controller has applied every admission.
+func (f *Fleet) AdmitNodes(ctx context.Context, nodes map[string][]string) error {
+	if f.NATSOptions() == nil || len(nodes) == 0 {
 		return nil
 	}
-	kp, err := nkeys.CreateUser()
-	if err != nil {
-		return err
-	}
-	pub, _ := kp.PublicKey()
 	nc, err := nats.Connect(f.NATSURL(), f.NATSOptions()...)
 	if err != nil {
 		return fmt.Errorf("connect NATS: %w", err)
@@ -352,20 +352,37 @@ func (f *Fleet) AdmitNode(ctx context.Context, id string, groups []string) error
 		return err
 	}
 	now := time.Now().UTC()
-	b, _ := json.Marshal(api.Enrollment{NodeID: id, PublicKey: pub, Groups: groups, Status: api.EnrollAdmitted, RequestedAt: now, DecidedAt: now})
-	if _, err := kv.Put(ctx, id, b); err != nil {
-		return fmt.Errorf("admit %s: %w", id, err)
+	keys := make(map[string]string, len(nodes))
+	for id, groups := range nodes {
+		kp, err := nkeys.CreateUser()
+		if err != nil {
+			return err
+		}
+		pub, _ := kp.PublicKey()
+		keys[id] = pub
+		b, _ := json.Marshal(api.Enrollment{NodeID: id, PublicKey: pub, Groups: groups, Status: api.EnrollAdmitted, RequestedAt: now, DecidedAt: now})
+		if _, err := kv.Put(ctx, id, b); err != nil {
+			return fmt.Errorf("admit %s: %w", id, err)
+		}
 	}
-	// The controller's watch applies it shortly after.
+	// The controller's watch applies them shortly after.
 	for {
 		list, err := f.client.ListEnrollments(ctx, api.EnrollAdmitted)
-		if err == nil && slices.ContainsFunc(list, func(e api.Enrollment) bool { return e.NodeID == id && e.PublicKey == pub }) {
-			return nil
+		if err == nil {
+			applied := 0
+			for _, e := range list {
+				if keys[e.NodeID] == e.PublicKey {
+					applied++
+				}
+			}
+			if applied == len(keys) {
+				return nil
+			}
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
+		case <-time.After(50 * time.Millisecond):
 		}
 	}
 }
