@@ -180,10 +180,12 @@ func TestReplicasChosenFromCluster(t *testing.T) {
 			c.ClusterName, c.Routes = "grid", append([]string{"nats://10.0.0.4:6222", "nats://10.0.0.5:6222"}, two...)
 		}, 3, true},
 		{"cluster name without routes", func(c *Config) { c.ClusterName = "grid" }, 1, true},
-		{"external NATS", func(c *Config) { c.NATSURLs = []string{"nats://n1:4222"} }, 1, true},
+		{"external NATS", func(c *Config) { c.NATSURLs, c.NATSCreds = []string{"nats://n1:4222"}, "grid.creds" }, 1, true},
 		{"explicit 1 in a cluster", func(c *Config) { c.ClusterName, c.Routes, c.Replicas = "grid", two, 1 }, 1, false},
 		{"explicit 5", func(c *Config) { c.ClusterName, c.Routes, c.Replicas = "grid", two, 5 }, 5, false},
-		{"explicit 3 on external NATS", func(c *Config) { c.NATSURLs, c.Replicas = []string{"nats://n1:4222"}, 3 }, 3, false},
+		{"explicit 3 on external NATS", func(c *Config) {
+			c.NATSURLs, c.NATSCreds, c.Replicas = []string{"nats://n1:4222"}, "grid.creds", 3
+		}, 3, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := DefaultConfig()
