@@ -390,16 +390,23 @@ func (a *Agent) heartbeat(ctx context.Context) {
 		// After a reconnect the server may be a fresh one that lost the
 		// schemas bucket's contents; put the set back so controllers can
 		// still resolve this node's digest.
+		// A beat's writes wait at most one interval for their acks: while
+		// a bucket has no leader (a server of a cluster failing over) a
+		// longer wait would stretch the beat, yet every try's publish
+		// still reaches the controllers' core subscription, which is what
+		// keeps this node online in their eyes.
+		hctx, cancel := context.WithTimeout(ctx, a.cfg.HeartbeatInterval.D())
 		if r := a.nc.Stats().Reconnects; r != reconnects {
-			if err := a.registerSchemas(ctx); err != nil {
+			if err := a.registerSchemas(hctx); err != nil {
 				a.log.Warn("re-registering schemas after reconnect failed", "err", err)
 			} else {
 				reconnects = r
 			}
 		}
-		if err := a.putInfo(ctx, api.NodeOnline); err != nil && ctx.Err() == nil {
+		if err := a.putInfo(hctx, api.NodeOnline); err != nil && ctx.Err() == nil {
 			a.log.Warn("heartbeat failed", "err", err)
 		}
+		cancel()
 		a.sweep(time.Now())
 	}
 }

@@ -159,6 +159,13 @@ func (c *Controller) claim(ctx context.Context, m jetstream.Msg) bool {
 		_ = m.NakWithDelay(time.Second)
 		return false
 	}
+	if !started && job.Status == api.JobRunning && job.Owner == c.id && c.localRun(id) == nil {
+		// An earlier claim's write landed but its answer was lost (a
+		// stream failing over): the job is ours, yet nothing runs it, and
+		// no peer takes over from a live owner. Run it now.
+		c.log.Info("resuming a job whose claim was stored without an answer", "job", id)
+		started = true
+	}
 	if started {
 		// Refused once shutdown began: the job stays running and owned
 		// here, for a restart or a peer to resume, like one interrupted.
