@@ -383,16 +383,24 @@ func newJobStatusCommand(g *globals) *cobra.Command {
 }
 
 func newJobListCommand(g *globals) *cobra.Command {
-	return &cobra.Command{
-		Use:   "list",
+	var status string
+	var limit int
+	cmd := &cobra.Command{
+		Use:   "list [--status STATUS] [--limit N]",
 		Short: "List jobs, newest first",
 		Args:  exactArgs(),
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
+			if status != "" && !api.KnownJobStatus(api.JobStatus(status)) {
+				return usageErrorf("--status %q: want one of %s", status, strings.Join(api.JobStatusNames(), ", "))
+			}
+			if limit < 0 {
+				return usageErrorf("--limit %d: want 0 (no limit) or more", limit)
+			}
 			c, err := g.client()
 			if err != nil {
 				return err
 			}
-			jobs, err := c.ListJobs(cmd.Context())
+			jobs, err := c.ListJobsWith(cmd.Context(), api.ListJobsOptions{Status: api.JobStatus(status), Limit: limit})
 			if err != nil {
 				return fmt.Errorf("list jobs: %w", err)
 			}
@@ -405,6 +413,9 @@ func newJobListCommand(g *globals) *cobra.Command {
 			return printJobList(g.stdout, jobs, time.Now())
 		}),
 	}
+	cmd.Flags().StringVar(&status, "status", "", "only jobs in this state: "+strings.Join(api.JobStatusNames(), ", "))
+	cmd.Flags().IntVar(&limit, "limit", 0, "at most N jobs, newest first (0: all the controller returns)")
+	return cmd
 }
 
 func newJobCancelCommand(g *globals) *cobra.Command {

@@ -151,6 +151,7 @@ Started by Terraform, the same binary serves the Terraform provider.`,
 		newBenchCommand(g),
 		newProviderCommand(g),
 	)
+	requireSubcommands(root)
 	return root
 }
 

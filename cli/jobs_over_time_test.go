@@ -1,0 +1,97 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gridfleet/terraform-provider-grid/api"
+	"github.com/gridfleet/terraform-provider-grid/internal/fleet"
+	"github.com/gridfleet/terraform-provider-grid/internal/fleet/fleettest"
+)
+
+// TestUnknownSubcommandIsAUsageError: a mistyped or missing subcommand of a
+// command group fails with exit code 2 and names the command, instead of
+// printing help and exiting 0.
+func TestUnknownSubcommandIsAUsageError(t *testing.T) {
+	for _, args := range [][]string{
+		{"job", "retyr", "j-1"},
+		{"job", "frobnicate"},
+		{"node", "nope"},
+	} {
+		code, out, errOut := runCLI(t, args...)
+		if code != ExitUsage || !strings.Contains(errOut, `unknown command "`+args[1]+`"`) {
+			t.Errorf("%q: code %d, stdout %q, stderr %q; want exit 2 naming the command", args, code, out, errOut)
+		}
+	}
+	// A bare group still shows its help.
+	if code, out, _ := runCLI(t, "job"); code != ExitOK || !strings.Contains(out, "Available Commands") {
+		t.Errorf("grid job: code %d, out %q", code, out)
+	}
+}
+
+// TestJobListStatusAndLimit runs "grid job list --status S --limit N"
+// against a real controller.
+func TestJobListStatusAndLimit(t *testing.T) {
+	f := fleettest.Start(t, fleet.Options{Agents: 1})
+	ctx := context.Background()
+	c := f.Client()
+	var completed []string
+	for range 3 {
+		j, err := c.SubmitJob(ctx, &api.JobSpec{Target: api.Target{Scope: api.ScopeAll},
+			Tasks: []api.Phase{{Backend: "ping", Action: "echo"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.WaitJob(ctx, j.ID); err != nil {
+			t.Fatal(err)
+		}
+		completed = append(completed, j.ID)
+	}
+	j, err := c.SubmitJob(ctx, &api.JobSpec{Target: api.Target{Scope: api.ScopeAll},
+		Tasks: []api.Phase{{Backend: "ping", Action: "sleep", Params: api.Params{"duration": "60s"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if _, err := c.CancelJob(ctx, j.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.WaitJob(ctx, j.ID); err != nil {
+		t.Fatal(err)
+	}
+	addr := c.Address()
+
+	list := func(args ...string) []api.Job {
+		t.Helper()
+		code, out, errOut := runCLI(t, append([]string{"job", "list", "--addr", addr, "-o", "json"}, args...)...)
+		if code != ExitOK {
+			t.Fatalf("job list %q: code %d err %q", args, code, errOut)
+		}
+		var jobs []api.Job
+		if err := json.Unmarshal([]byte(out), &jobs); err != nil {
+			t.Fatalf("job list %q output %q: %v", args, out, err)
+		}
+		return jobs
+	}
+	if got := list("--status", "completed"); len(got) != 3 {
+		t.Fatalf("--status completed: %d jobs, want 3", len(got))
+	}
+	if got := list("--status", "cancelled"); len(got) != 1 || got[0].ID != j.ID {
+		t.Fatalf("--status cancelled: %+v, want only %s", got, j.ID)
+	}
+	if got := list("--status", "completed", "--limit", "2"); len(got) != 2 {
+		t.Fatalf("--limit 2: %d jobs", len(got))
+	}
+	if got := list("--limit", "1"); len(got) != 1 {
+		t.Fatalf("--limit 1: %d jobs", len(got))
+	}
+	for _, bad := range [][]string{{"--status", "done"}, {"--limit", "-1"}, {"--limit", "x"}} {
+		code, _, errOut := runCLI(t, append([]string{"job", "list", "--addr", addr}, bad...)...)
+		if code != ExitUsage || !strings.Contains(errOut, bad[0]) {
+			t.Errorf("job list %q: code %d err %q; want exit 2 naming the flag", bad, code, errOut)
+		}
+	}
+}
