@@ -21,3 +21,14 @@ func JobStatusNames() []string {
 	}
 	return out
 }
+
+// A message on cancel.<job> stops the job's tasks everywhere. Its
+// StopReasonHeader says why: absent for a cancel by request,
+// StopReasonJobTimeout when the job's timeout passed.
+const (
+	StopReasonHeader     = "Grid-Stop-Reason"
+	StopReasonJobTimeout = "job-timeout"
+	// StoppedByJobTimeout is what a node's result says of a task the job's
+	// timeout stopped.
+	StoppedByJobTimeout = "stopped by the job's timeout"
+)

@@ -185,6 +185,7 @@ func (c *Controller) startRun(job *api.Job, rev uint64) {
 		// The job timeout counts from when the job first started, so a
 		// resumed job keeps its original deadline.
 		rctx, stopTimeout = context.WithDeadlineCause(root, job.StartedAt.Add(d), errJobTimeout)
+		c.stopAgentsOnJobTimeout(rctx, job.ID)
 	}
 	size := 4 * len(job.Expected)
 	r := &run{

@@ -257,7 +257,7 @@ func (r *run) abortNodes(steps []api.FlatStep, nr map[string]*nodeRun, cause err
 	if errors.Is(cause, errShutdown) || errors.Is(cause, errLostOwnership) {
 		return
 	}
-	status, msg := api.StepFailed, "job timeout"
+	status, msg := api.StepFailed, jobTimeoutMessage(r.job.Timeout)
 	if errors.Is(cause, errCancelled) {
 		status, msg = api.StepCancelled, "cancelled"
 	}
