@@ -61,3 +61,18 @@ func (c *Client) ListJobsWith(ctx context.Context, o ListJobsOptions) ([]Job, er
 	}
 	return out, nil
 }
+
+// RetryJob submits a new job with the spec of a finished one, linked by
+// retry_of; failedOnly narrows it to the nodes that did not succeed.
+func (c *Client) RetryJob(ctx context.Context, id string, failedOnly bool) (*Job, error) {
+	var j Job
+	if err := c.do(ctx, http.MethodPost, "/job/"+url.PathEscape(id)+"/retry", RetryRequest{FailedOnly: failedOnly}, &j); err != nil {
+		return nil, err
+	}
+	return &j, nil
+}
+
+// DeleteJob removes a finished job; a pending or running one is a 409.
+func (c *Client) DeleteJob(ctx context.Context, id string) error {
+	return c.do(ctx, http.MethodDelete, "/job/"+url.PathEscape(id), nil, nil)
+}

@@ -123,6 +123,11 @@ type Job struct {
 	StartedAt *time.Time `json:"started_at,omitempty"`
 	// FinishedAt is set once the job is terminal.
 	FinishedAt *time.Time `json:"finished_at,omitempty"`
+	// Nodes, when set, narrows the target to these node ids (a retry of
+	// only the nodes that failed).
+	Nodes []string `json:"nodes,omitempty"`
+	// RetryOf is the job this one retries (POST /job/{id}/retry).
+	RetryOf string `json:"retry_of,omitempty"`
 }
 
 // JobResults maps flat step index → node id → result.

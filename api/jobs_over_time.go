@@ -32,3 +32,10 @@ const (
 	// timeout stopped.
 	StoppedByJobTimeout = "stopped by the job's timeout"
 )
+
+// RetryRequest is the optional body of POST /job/{id}/retry.
+type RetryRequest struct {
+	// FailedOnly retries only on the nodes that failed, were cancelled or
+	// unreachable, or never answered.
+	FailedOnly bool `json:"failed_only,omitempty"`
+}

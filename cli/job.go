@@ -20,9 +20,10 @@ import (
 func newJobCommand(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "job",
-		Short: "Run, inspect and cancel jobs",
+		Short: "Run, inspect, cancel, retry and delete jobs",
 	}
-	cmd.AddCommand(newJobRunCommand(g), newJobStatusCommand(g), newJobListCommand(g), newJobCancelCommand(g))
+	cmd.AddCommand(newJobRunCommand(g), newJobStatusCommand(g), newJobListCommand(g), newJobCancelCommand(g),
+		newJobRetryCommand(g), newJobDeleteCommand(g))
 	return cmd
 }
 

@@ -94,4 +94,17 @@ func TestJobListStatusAndLimit(t *testing.T) {
 			t.Errorf("job list %q: code %d err %q; want exit 2 naming the flag", bad, code, errOut)
 		}
 	}
+
+	// retry and delete through the CLI.
+	code, out, errOut := runCLI(t, "job", "retry", "--addr", addr, completed[0], "--wait", "-o", "json")
+	var retried api.Job
+	if err := json.Unmarshal([]byte(out), &retried); err != nil || code != ExitOK || retried.RetryOf != completed[0] || retried.Status != api.JobCompleted {
+		t.Fatalf("job retry: code %d out %q err %q", code, out, errOut)
+	}
+	if code, out, errOut := runCLI(t, "job", "delete", "--addr", addr, j.ID); code != ExitOK || !strings.Contains(out, "deleted") {
+		t.Fatalf("job delete: code %d out %q err %q", code, out, errOut)
+	}
+	if code, _, errOut := runCLI(t, "job", "delete", "--addr", addr, j.ID); code != ExitFailed || !strings.Contains(errOut, "not found") {
+		t.Fatalf("second delete: code %d err %q", code, errOut)
+	}
 }

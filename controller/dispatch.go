@@ -51,7 +51,9 @@ func (r *run) command(s api.FlatStep, attempt int) api.Command {
 // (give or take a short exclude list), else one command per node.
 func (r *run) dispatchMany(s api.FlatStep, nodes []*nodeRun, attempt int) {
 	t := r.job.Target
-	if t.Scope == api.ScopeAll || t.Scope == api.ScopeGroup {
+	// A job narrowed to some nodes (a retry of the failed ones) is sent
+	// node by node: a broadcast would reach the target's other nodes too.
+	if len(r.job.Nodes) == 0 && (t.Scope == api.ScopeAll || t.Scope == api.ScopeGroup) {
 		active := make(map[string]bool, len(nodes))
 		for _, n := range nodes {
 			active[n.id] = true

@@ -57,6 +57,8 @@ type jobTail struct {
 	UpdatedAt   time.Time  `json:"updated_at"`
 	StartedAt   *time.Time `json:"started_at,omitempty"`
 	FinishedAt  *time.Time `json:"finished_at,omitempty"`
+	Nodes       []string   `json:"nodes,omitempty"`
+	RetryOf     string     `json:"retry_of,omitempty"`
 }
 
 // encode returns the job's JSON.
@@ -67,7 +69,8 @@ func (e *jobEncoder) encode(j *api.Job) ([]byte, error) {
 		return nil, err
 	}
 	tail, err := json.Marshal(jobTail{Error: j.Error, Owner: j.Owner, TraceID: j.TraceID, TraceParent: j.TraceParent,
-		CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt, StartedAt: j.StartedAt, FinishedAt: j.FinishedAt})
+		CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt, StartedAt: j.StartedAt, FinishedAt: j.FinishedAt,
+		Nodes: j.Nodes, RetryOf: j.RetryOf})
 	if err != nil {
 		return nil, err
 	}

@@ -22,6 +22,7 @@ func (c *Controller) routes() http.Handler {
 	mux.HandleFunc("GET /job/{id}", c.handleGetJob)
 	mux.HandleFunc("POST /job/{id}/cancel", c.handleCancel)
 	mux.HandleFunc("GET /jobs", c.handleListJobs)
+	c.jobsOverTimeRoutes(mux)
 	mux.HandleFunc("GET /nodes", c.handleListNodes)
 	mux.HandleFunc("GET /node/{id}", c.handleGetNode)
 	mux.HandleFunc("GET /status", c.handleStatus)
@@ -80,46 +81,10 @@ func (c *Controller) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusTooManyRequests, fmt.Sprintf("job queue is full (%d pending, max_pending %d); retry later", pending, c.cfg.MaxPending))
 		return
 	}
-	now := time.Now().UTC()
-	job.ID = newJobID()
-	job.Status = api.JobPending
-	job.Expected = []string{}
-	job.CreatedAt, job.UpdatedAt = now, now
-	if job.Strategy == "" {
-		job.Strategy = api.StrategyFailFast
-	}
-	stampTrace(r.Context(), job)
-	rev, stored, err := c.jobs.create(r.Context(), job)
-	if err != nil {
-		// The write may have landed without its answer (a server failing
-		// over); such a job has no request and would stay pending, so
-		// mark it failed if it exists.
-		mctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_, _, _ = c.jobs.mutate(mctx, job.ID, func(j *api.Job) bool {
-			if j.Status != api.JobPending {
-				return false
-			}
-			j.Status, j.Error = api.JobFailed, "could not store the job: "+err.Error()
-			return true
-		})
+	if err := c.enqueue(r.Context(), job); err != nil {
 		writeError(w, http.StatusServiceUnavailable, err.Error())
 		return
 	}
-	// The message id makes a retried publish harmless (the stream drops a
-	// duplicate), so it can ride out a stream leader election in a cluster.
-	if _, err := c.js.PublishMsg(r.Context(), requestMsg(job.ID, rev, stored),
-		jetstream.WithMsgID(job.ID), jetstream.WithRetryAttempts(20), jetstream.WithRetryWait(250*time.Millisecond)); err != nil {
-		// Without its request no scheduler would ever see the job.
-		_, _, _ = c.jobs.mutate(context.Background(), job.ID, func(j *api.Job) bool {
-			j.Status, j.Error = api.JobFailed, "could not queue the job: "+err.Error()
-			return true
-		})
-		writeError(w, http.StatusServiceUnavailable, "queue job: "+err.Error())
-		return
-	}
-	c.metrics.jobsSubmitted.Inc()
-	jobLogger(c.log, job).Info("job submitted", "target", job.Target.String(), "steps", api.LeafCount(job.Tasks))
 	writeJSON(w, http.StatusAccepted, job)
 }
 

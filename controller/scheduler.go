@@ -132,7 +132,7 @@ func (c *Controller) claim(ctx context.Context, m jetstream.Msg) bool {
 		}
 		j.Status = api.JobRunning
 		j.Owner = c.id
-		j.Expected = c.reg.resolve(j.Target)
+		j.Expected = c.expectedNodes(j)
 		now := time.Now().UTC()
 		j.UpdatedAt = now
 		j.StartedAt = &now
