@@ -128,6 +128,9 @@ type Job struct {
 	Nodes []string `json:"nodes,omitempty"`
 	// RetryOf is the job this one retries (POST /job/{id}/retry).
 	RetryOf string `json:"retry_of,omitempty"`
+	// Priority orders jobs waiting for a free slot: MinPriority (0) to
+	// MaxPriority (9), higher first; first in, first out within one.
+	Priority int `json:"priority,omitempty"`
 }
 
 // JobResults maps flat step index → node id → result.

@@ -19,11 +19,17 @@ type JobSpec struct {
 	Strategy  Strategy `json:"strategy,omitempty" yaml:"strategy,omitempty"`
 	Timeout   string   `json:"timeout,omitempty" yaml:"timeout,omitempty"`
 	CheckMode bool     `json:"check_mode,omitempty" yaml:"check_mode,omitempty"`
+	// Priority is 0 (lowest) to 9 (highest); omitted means DefaultPriority.
+	Priority *int `json:"priority,omitempty" yaml:"priority,omitempty"`
 }
 
 // Job returns a new, not yet submitted job for the spec.
 func (s JobSpec) Job() *Job {
-	return &Job{Target: s.Target, Tasks: s.Tasks, Strategy: s.Strategy, Timeout: s.Timeout, CheckMode: s.CheckMode}
+	j := &Job{Target: s.Target, Tasks: s.Tasks, Strategy: s.Strategy, Timeout: s.Timeout, CheckMode: s.CheckMode, Priority: DefaultPriority}
+	if s.Priority != nil {
+		j.Priority = *s.Priority
+	}
+	return j
 }
 
 // MaxJobFileBytes bounds what a job file or request body may hold.

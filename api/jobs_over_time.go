@@ -1,5 +1,10 @@
 package api
 
+import (
+	"fmt"
+	"strings"
+)
+
 // jobStatuses lists every job state in lifecycle order.
 var jobStatuses = []JobStatus{JobPending, JobRunning, JobCompleted, JobFailed, JobCancelled, JobPartialFailure}
 
@@ -38,4 +43,35 @@ type RetryRequest struct {
 	// FailedOnly retries only on the nodes that failed, were cancelled or
 	// unreachable, or never answered.
 	FailedOnly bool `json:"failed_only,omitempty"`
+}
+
+// Job priorities: a job waiting for a free slot (max_concurrent) starts
+// before every waiting job of a lower priority, on whichever controller of
+// the cluster has the slot; jobs of one priority start in submission order.
+const (
+	MinPriority     = 0
+	MaxPriority     = 9
+	DefaultPriority = 5
+)
+
+// PriorityRequestSubject is where a submitted job of a priority is queued:
+// request.<priority>.<job>. Schedulers pull the subjects of higher
+// priorities first.
+func PriorityRequestSubject(priority int, jobID string) string {
+	return fmt.Sprintf("request.%d.%s", priority, jobID)
+}
+
+// RequestJobID is the job id a request subject names (request.<job> or
+// request.<priority>.<job>).
+func RequestJobID(subject string) string {
+	return subject[strings.LastIndexByte(subject, '.')+1:]
+}
+
+// validateOverTime checks the fields that say when and in which order a
+// job runs.
+func (j *Job) validateOverTime() error {
+	if j.Priority < MinPriority || j.Priority > MaxPriority {
+		return invalid("priority", "%d is out of range (want %d, lowest, to %d, highest; default %d)", j.Priority, MinPriority, MaxPriority, DefaultPriority)
+	}
+	return nil
 }

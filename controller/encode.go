@@ -59,6 +59,7 @@ type jobTail struct {
 	FinishedAt  *time.Time `json:"finished_at,omitempty"`
 	Nodes       []string   `json:"nodes,omitempty"`
 	RetryOf     string     `json:"retry_of,omitempty"`
+	Priority    int        `json:"priority,omitempty"`
 }
 
 // encode returns the job's JSON.
@@ -70,7 +71,7 @@ func (e *jobEncoder) encode(j *api.Job) ([]byte, error) {
 	}
 	tail, err := json.Marshal(jobTail{Error: j.Error, Owner: j.Owner, TraceID: j.TraceID, TraceParent: j.TraceParent,
 		CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt, StartedAt: j.StartedAt, FinishedAt: j.FinishedAt,
-		Nodes: j.Nodes, RetryOf: j.RetryOf})
+		Nodes: j.Nodes, RetryOf: j.RetryOf, Priority: j.Priority})
 	if err != nil {
 		return nil, err
 	}

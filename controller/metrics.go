@@ -2,6 +2,7 @@ package controller
 
 import (
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -162,9 +163,9 @@ func (n *natsCollector) Collect(ch chan<- prometheus.Metric) {
 				ch <- prometheus.MustNewConstMetric(jobsPendingDesc, prometheus.GaugeValue, float64(s.State.Msgs))
 			}
 			for _, ci := range s.Consumer {
-				// Only the scheduler's durable consumer: the others are
+				// Only the scheduler's durable consumers: the others are
 				// short-lived KV watchers and ordered consumers.
-				if ci == nil || s.Name != api.StreamRequests || ci.Name != schedulerConsumer {
+				if ci == nil || s.Name != api.StreamRequests || !strings.HasPrefix(ci.Name, schedulerConsumer) {
 					continue
 				}
 				ch <- prometheus.MustNewConstMetric(consumerPendingDesc, prometheus.GaugeValue, float64(ci.NumPending), s.Name, ci.Name)

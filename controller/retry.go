@@ -55,6 +55,7 @@ func (c *Controller) handleRetry(w http.ResponseWriter, r *http.Request) {
 	job := api.JobSpec{Target: orig.Target, Tasks: orig.Tasks, Strategy: orig.Strategy, Timeout: orig.Timeout,
 		CheckMode: orig.CheckMode}.Job()
 	job.RetryOf = orig.ID
+	job.Priority = orig.Priority
 	job.Nodes = slices.Clone(orig.Nodes)
 	if req.FailedOnly {
 		job.Nodes = failedNodes(orig)

@@ -20,62 +20,6 @@ import (
 // every controller pulls from, so each job is claimed once.
 const schedulerConsumer = "scheduler"
 
-// schedule pulls submitted jobs while this controller has capacity and
-// starts them.
-func (c *Controller) schedule(ctx context.Context) {
-	cons, err := c.ensureSchedulerConsumer(ctx)
-	if err != nil {
-		return // ctx ended
-	}
-	// Claims run concurrently (each is a few KV round trips), so one slow
-	// claim does not hold up the queue; schedule returns once they are done.
-	var claims sync.WaitGroup
-	defer claims.Wait()
-	for ctx.Err() == nil {
-		// Take a slot before taking work, so a busy controller leaves
-		// requests to its peers; then as many more free slots as a batch
-		// holds, so a burst of submissions is fetched in one pull.
-		select {
-		case c.slots <- struct{}{}:
-		case <-ctx.Done():
-			return
-		}
-		n := 1
-	more:
-		for n < fetchBatch {
-			select {
-			case c.slots <- struct{}{}:
-				n++
-			default:
-				break more
-			}
-		}
-		batch, err := cons.Fetch(n, jetstream.FetchMaxWait(time.Second))
-		if err != nil {
-			for range n {
-				<-c.slots
-			}
-			if ctx.Err() == nil && !errors.Is(err, jetstream.ErrNoMessages) {
-				c.log.Warn("fetch requests", "err", err)
-				time.Sleep(250 * time.Millisecond)
-			}
-			continue
-		}
-		got := 0
-		for m := range batch.Messages() {
-			got++
-			claims.Go(func() {
-				if !c.claim(ctx, m) {
-					<-c.slots
-				}
-			})
-		}
-		for range n - got {
-			<-c.slots
-		}
-	}
-}
-
 // missingJobGrace is how long a request whose job cannot be read is retried
 // before it is dropped.
 const missingJobGrace = 30 * time.Second
@@ -121,7 +65,7 @@ func requestJob(m jetstream.Msg, id string) (*api.Job, uint64) {
 // this controller as owner (compare-and-swap, so two controllers never both
 // win) and starts it. It returns whether a run started.
 func (c *Controller) claim(ctx context.Context, m jetstream.Msg) bool {
-	id := strings.TrimPrefix(m.Subject(), "request.")
+	id := api.RequestJobID(m.Subject())
 	started := false
 	carried, crev := requestJob(m, id)
 	job, rev, err := c.jobs.mutateFrom(ctx, id, carried, crev, func(j *api.Job) bool {

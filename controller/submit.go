@@ -41,7 +41,9 @@ func (c *Controller) enqueue(ctx context.Context, job *api.Job) error {
 	}
 	// The message id makes a retried publish harmless (the stream drops a
 	// duplicate), so it can ride out a stream leader election in a cluster.
-	if _, err := c.js.PublishMsg(ctx, requestMsg(job.ID, rev, stored),
+	req := requestMsg(job.ID, rev, stored)
+	req.Subject = api.PriorityRequestSubject(job.Priority, job.ID)
+	if _, err := c.js.PublishMsg(ctx, req,
 		jetstream.WithMsgID(job.ID), jetstream.WithRetryAttempts(20), jetstream.WithRetryWait(250*time.Millisecond)); err != nil {
 		_, _, _ = c.jobs.mutate(context.Background(), job.ID, func(j *api.Job) bool {
 			j.Status, j.Error = api.JobFailed, "could not queue the job: "+err.Error()
