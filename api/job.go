@@ -63,6 +63,8 @@ type JobStatus string
 // Job states.
 const (
 	JobPending        JobStatus = "pending"
+	// JobWaiting: submitted with a not_before still to come.
+	JobWaiting JobStatus = "waiting"
 	JobRunning        JobStatus = "running"
 	JobCompleted      JobStatus = "completed"
 	JobFailed         JobStatus = "failed"
@@ -131,6 +133,9 @@ type Job struct {
 	// Priority orders jobs waiting for a free slot: MinPriority (0) to
 	// MaxPriority (9), higher first; first in, first out within one.
 	Priority int `json:"priority,omitempty"`
+	// NotBefore, when set, is the earliest time the job may start; until
+	// then it is JobWaiting.
+	NotBefore *time.Time `json:"not_before,omitempty"`
 }
 
 // JobResults maps flat step index → node id → result.

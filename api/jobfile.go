@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -21,6 +22,9 @@ type JobSpec struct {
 	CheckMode bool     `json:"check_mode,omitempty" yaml:"check_mode,omitempty"`
 	// Priority is 0 (lowest) to 9 (highest); omitted means DefaultPriority.
 	Priority *int `json:"priority,omitempty" yaml:"priority,omitempty"`
+	// NotBefore delays the job: an RFC 3339 time, or a duration from
+	// submission such as 10m.
+	NotBefore string `json:"not_before,omitempty" yaml:"not_before,omitempty"`
 }
 
 // Job returns a new, not yet submitted job for the spec.
@@ -29,6 +33,9 @@ func (s JobSpec) Job() *Job {
 	if s.Priority != nil {
 		j.Priority = *s.Priority
 	}
+	// A duration counts from now: Job is called when the job is submitted.
+	// An invalid value is reported by ParseJobSpec.
+	j.NotBefore, _ = ParseNotBefore(s.NotBefore, time.Now())
 	return j
 }
 
@@ -68,6 +75,9 @@ func ParseJobSpec(data []byte) (*JobSpec, error) {
 		}
 	}
 	if err := spec.Job().Validate(); err != nil {
+		return nil, err
+	}
+	if _, err := ParseNotBefore(spec.NotBefore, time.Now()); err != nil {
 		return nil, err
 	}
 	return &spec, nil

@@ -3,10 +3,11 @@ package api
 import (
 	"fmt"
 	"strings"
+	"time"
 )
 
 // jobStatuses lists every job state in lifecycle order.
-var jobStatuses = []JobStatus{JobPending, JobRunning, JobCompleted, JobFailed, JobCancelled, JobPartialFailure}
+var jobStatuses = []JobStatus{JobWaiting, JobPending, JobRunning, JobCompleted, JobFailed, JobCancelled, JobPartialFailure}
 
 // KnownJobStatus reports whether s is a job state.
 func KnownJobStatus(s JobStatus) bool {
@@ -74,4 +75,22 @@ func (j *Job) validateOverTime() error {
 		return invalid("priority", "%d is out of range (want %d, lowest, to %d, highest; default %d)", j.Priority, MinPriority, MaxPriority, DefaultPriority)
 	}
 	return nil
+}
+
+// ParseNotBefore reads a job's not_before: an RFC 3339 time, or a positive
+// duration counted from now. Empty is nil (no delay).
+func ParseNotBefore(s string, now time.Time) (*time.Time, error) {
+	if s == "" {
+		return nil, nil
+	}
+	if t, err := time.Parse(time.RFC3339, s); err == nil {
+		t = t.UTC()
+		return &t, nil
+	}
+	d, err := ParsePositiveDuration(s)
+	if err != nil {
+		return nil, invalid("not_before", "%q is neither an RFC 3339 time (2026-01-02T15:04:05Z) nor a positive duration (10m)", s)
+	}
+	t := now.Add(d).UTC()
+	return &t, nil
 }

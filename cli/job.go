@@ -30,13 +30,15 @@ func newJobCommand(g *globals) *cobra.Command {
 // runOptions are the flags of "job run" that are GRID's own; everything
 // else of the form --name value becomes a task parameter.
 type runOptions struct {
-	file     string
-	target   string
-	strategy string
-	timeout  string
-	wait     bool
-	check    bool
-	params   []string // --param name=value, for names that collide with a flag
+	file      string
+	target    string
+	strategy  string
+	timeout   string
+	wait      bool
+	check     bool
+	params    []string // --param name=value, for names that collide with a flag
+	priority  int
+	notBefore string
 }
 
 func newJobRunCommand(g *globals) *cobra.Command {
@@ -75,6 +77,8 @@ failed.`,
 	f.BoolVar(&o.wait, "wait", false, "wait for the job to finish and print its results")
 	f.BoolVar(&o.check, "check", false, "check mode: report what would change without changing it")
 	f.StringArrayVarP(&o.params, "param", "p", nil, "task parameter name=value (repeatable)")
+	f.IntVar(&o.priority, "priority", api.DefaultPriority, "priority from 0 (lowest) to 9 (highest) among jobs waiting for a free slot")
+	f.StringVar(&o.notBefore, "not-before", "", "start no earlier than this RFC 3339 time or duration from now (e.g. 10m)")
 	return cmd
 }
 
@@ -286,6 +290,15 @@ func buildSpec(o *runOptions, ra runArgs, changed func(string) bool) (*api.JobSp
 	}
 	if changed("check") {
 		spec.CheckMode = o.check
+	}
+	if changed("priority") {
+		spec.Priority = &o.priority
+	}
+	if changed("not-before") {
+		if _, err := api.ParseNotBefore(o.notBefore, time.Now()); err != nil {
+			return nil, usageErrorf("--not-before: %w", err)
+		}
+		spec.NotBefore = o.notBefore
 	}
 	if err := spec.Job().Validate(); err != nil {
 		return nil, usageErrorf("%w", err)

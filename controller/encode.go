@@ -60,6 +60,7 @@ type jobTail struct {
 	Nodes       []string   `json:"nodes,omitempty"`
 	RetryOf     string     `json:"retry_of,omitempty"`
 	Priority    int        `json:"priority,omitempty"`
+	NotBefore   *time.Time `json:"not_before,omitempty"`
 }
 
 // encode returns the job's JSON.
@@ -71,7 +72,7 @@ func (e *jobEncoder) encode(j *api.Job) ([]byte, error) {
 	}
 	tail, err := json.Marshal(jobTail{Error: j.Error, Owner: j.Owner, TraceID: j.TraceID, TraceParent: j.TraceParent,
 		CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt, StartedAt: j.StartedAt, FinishedAt: j.FinishedAt,
-		Nodes: j.Nodes, RetryOf: j.RetryOf, Priority: j.Priority})
+		Nodes: j.Nodes, RetryOf: j.RetryOf, Priority: j.Priority, NotBefore: j.NotBefore})
 	if err != nil {
 		return nil, err
 	}

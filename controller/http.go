@@ -282,9 +282,10 @@ func (c *Controller) handleCancel(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusConflict, fmt.Sprintf("job %s is already %s", id, j.Status))
 		return
 	}
-	// A pending job is cancelled in place; the scheduler skips it.
+	// A pending (or waiting) job is cancelled in place; the scheduler
+	// skips it.
 	j, _, err = c.jobs.mutate(r.Context(), id, func(j *api.Job) bool {
-		if j.Status != api.JobPending {
+		if j.Status != api.JobPending && j.Status != api.JobWaiting {
 			return false
 		}
 		now := time.Now().UTC()

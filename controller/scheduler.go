@@ -67,11 +67,15 @@ func requestJob(m jetstream.Msg, id string) (*api.Job, uint64) {
 func (c *Controller) claim(ctx context.Context, m jetstream.Msg) bool {
 	id := api.RequestJobID(m.Subject())
 	started := false
+	var notYet time.Duration
 	carried, crev := requestJob(m, id)
 	job, rev, err := c.jobs.mutateFrom(ctx, id, carried, crev, func(j *api.Job) bool {
 		// Judged on each try: an earlier try may have lost to a cancel.
 		started = false
-		if j.Status != api.JobPending {
+		if notYet = untilDue(j); notYet > 0 {
+			return false
+		}
+		if j.Status != api.JobPending && j.Status != api.JobWaiting {
 			return false
 		}
 		j.Status = api.JobRunning
@@ -100,6 +104,10 @@ func (c *Controller) claim(ctx context.Context, m jetstream.Msg) bool {
 		}
 		c.log.Warn("claim job", "job", id, "err", err)
 		_ = m.NakWithDelay(time.Second)
+		return false
+	}
+	if notYet > 0 {
+		c.putBackUntilDue(m, id, notYet)
 		return false
 	}
 	if started {

@@ -18,6 +18,12 @@ func (c *Controller) enqueue(ctx context.Context, job *api.Job) error {
 	now := time.Now().UTC()
 	job.ID = newJobID()
 	job.Status = api.JobPending
+	if job.NotBefore != nil && job.NotBefore.After(now) {
+		// Queued now like any job; a claim before not_before puts the
+		// request back until then (see claim), so the wait is kept by the
+		// replicated consumer and outlives any controller.
+		job.Status = api.JobWaiting
+	}
 	job.Expected = []string{}
 	job.CreatedAt, job.UpdatedAt = now, now
 	if job.Strategy == "" {
