@@ -62,9 +62,9 @@ type JobStatus string
 
 // Job states.
 const (
-	JobPending        JobStatus = "pending"
+	JobPending JobStatus = "pending"
 	// JobWaiting: submitted with a not_before still to come.
-	JobWaiting JobStatus = "waiting"
+	JobWaiting        JobStatus = "waiting"
 	JobRunning        JobStatus = "running"
 	JobCompleted      JobStatus = "completed"
 	JobFailed         JobStatus = "failed"
