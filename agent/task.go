@@ -166,6 +166,10 @@ func (a *Agent) execute(t *task) (*backends.Result, chan struct{}, error) {
 		Params:    maps.Clone(t.cmd.Task.Params),
 		CheckMode: t.cmd.CheckMode,
 		Progress:  prog.report,
+		JobID:     t.cmd.JobID,
+		Step:      t.cmd.TaskIndex,
+		Node:      a.id,
+		Attempt:   t.cmd.Attempt,
 	}
 	type outcome struct {
 		res *backends.Result

@@ -180,6 +180,9 @@ type NodeResult struct {
 	Attempts int            `json:"attempts,omitempty"`
 	// Progress is the last progress percentage a long task reported.
 	Progress *int `json:"progress,omitempty"`
+	// ProgressMessage is the message of the last progress report; it stays
+	// after the task ends.
+	ProgressMessage string `json:"progress_message,omitempty"`
 	// Events is the node's timeline for this step.
 	Events []Event `json:"events,omitempty"`
 }

@@ -141,6 +141,7 @@ func (r *run) runSteps(steps []api.FlatStep, nodes []string, entryFailed, barrie
 					res.Progress = tr.Progress
 					if tr.Output != "" {
 						res.Output = tr.Output
+						res.ProgressMessage = tr.Output
 					}
 				})
 			case api.StepSuccess, api.StepFailed:
