@@ -76,3 +76,19 @@ func (c *Client) RetryJob(ctx context.Context, id string, failedOnly bool) (*Job
 func (c *Client) DeleteJob(ctx context.Context, id string) error {
 	return c.do(ctx, http.MethodDelete, "/job/"+url.PathEscape(id), nil, nil)
 }
+
+// DeadLetters lists the job requests in the dead-letter stream.
+func (c *Client) DeadLetters(ctx context.Context) ([]DeadLetter, error) {
+	var out []DeadLetter
+	return out, c.do(ctx, http.MethodGet, "/dlq", nil, &out)
+}
+
+// ReplayDeadLetter queues a dead-lettered job's request again.
+func (c *Client) ReplayDeadLetter(ctx context.Context, jobID string) error {
+	return c.do(ctx, http.MethodPost, "/dlq/"+url.PathEscape(jobID)+"/replay", nil, nil)
+}
+
+// DropDeadLetter removes a dead-lettered request for good.
+func (c *Client) DropDeadLetter(ctx context.Context, jobID string) error {
+	return c.do(ctx, http.MethodDelete, "/dlq/"+url.PathEscape(jobID), nil, nil)
+}

@@ -94,3 +94,23 @@ func ParseNotBefore(s string, now time.Time) (*time.Time, error) {
 	t := now.Add(d).UTC()
 	return &t, nil
 }
+
+// StreamDeadLetters holds job requests no controller could claim after
+// max_deliveries deliveries, on dlq.<job>.
+const StreamDeadLetters = "dlq"
+
+// DeadLetterSubject is where a job's dead request is kept.
+func DeadLetterSubject(jobID string) string { return "dlq." + jobID }
+
+// DeadLetterPrefix starts the error of a job whose request was dead-lettered.
+const DeadLetterPrefix = "dead letter: "
+
+// DeadLetter is one entry of GET /dlq.
+type DeadLetter struct {
+	JobID      string    `json:"job_id"`
+	Reason     string    `json:"reason"`
+	Deliveries int       `json:"deliveries"`
+	Subject    string    `json:"subject"`
+	Seq        uint64    `json:"seq"`
+	Time       time.Time `json:"time"`
+}

@@ -23,7 +23,7 @@ func newJobCommand(g *globals) *cobra.Command {
 		Short: "Run, inspect, cancel, retry and delete jobs",
 	}
 	cmd.AddCommand(newJobRunCommand(g), newJobStatusCommand(g), newJobListCommand(g), newJobCancelCommand(g),
-		newJobRetryCommand(g), newJobDeleteCommand(g))
+		newJobRetryCommand(g), newJobDeleteCommand(g), newJobDLQCommand(g))
 	return cmd
 }
 

@@ -19,6 +19,7 @@ type metrics struct {
 	jobsSubmitted     prometheus.Counter
 	jobsFinished      *prometheus.CounterVec
 	admissionRejected prometheus.Counter
+	deadLettered      prometheus.Counter
 	jobDuration       *prometheus.HistogramVec
 	stepDuration      *prometheus.HistogramVec
 	firstResult       prometheus.Histogram
@@ -41,6 +42,10 @@ func newMetrics(c *Controller) *metrics {
 		admissionRejected: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "grid_admission_rejections_total",
 			Help: "Job submissions refused with 429 because max_pending jobs were waiting.",
+		}),
+		deadLettered: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "grid_requests_dead_lettered_total",
+			Help: "Job requests this controller moved to the dead-letter stream after max_deliveries deliveries without a claim.",
 		}),
 		jobDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "grid_job_duration_seconds",
@@ -70,7 +75,7 @@ func newMetrics(c *Controller) *metrics {
 			Help: "Node registrations and heartbeats seen in the nodes bucket.",
 		}),
 	}
-	m.reg.MustRegister(m.jobsSubmitted, m.jobsFinished, m.admissionRejected, m.jobDuration,
+	m.reg.MustRegister(m.jobsSubmitted, m.jobsFinished, m.admissionRejected, m.deadLettered, m.jobDuration,
 		m.stepDuration, m.firstResult, m.taskResults, m.retries, m.heartbeats,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "grid_jobs_running",

@@ -20,6 +20,7 @@ import (
 func (c *Controller) jobsOverTimeRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /job/{id}/retry", c.handleRetry)
 	mux.HandleFunc("DELETE /job/{id}", c.handleDeleteJob)
+	c.dlqRoutes(mux)
 }
 
 // handleRetry submits a new job with the spec of a finished one, linked to

@@ -69,6 +69,10 @@ func (c *Controller) claim(ctx context.Context, m jetstream.Msg) bool {
 	started := false
 	var notYet time.Duration
 	carried, crev := requestJob(m, id)
+	if why := c.crashedClaim(m, carried); why != "" {
+		c.deadLetter(ctx, m, id, why)
+		return false
+	}
 	job, rev, err := c.jobs.mutateFrom(ctx, id, carried, crev, func(j *api.Job) bool {
 		// Judged on each try: an earlier try may have lost to a cancel.
 		started = false
@@ -103,6 +107,10 @@ func (c *Controller) claim(ctx context.Context, m jetstream.Msg) bool {
 			return false
 		}
 		c.log.Warn("claim job", "job", id, "err", err)
+		if c.lastDelivery(m) {
+			c.deadLetter(ctx, m, id, "claim failed: "+err.Error())
+			return false
+		}
 		_ = m.NakWithDelay(time.Second)
 		return false
 	}
