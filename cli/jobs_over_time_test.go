@@ -16,14 +16,18 @@ import (
 // command group fails with exit code 2 and names the command, instead of
 // printing help and exiting 0.
 func TestUnknownSubcommandIsAUsageError(t *testing.T) {
-	for _, args := range [][]string{
-		{"job", "retyr", "j-1"},
-		{"job", "frobnicate"},
-		{"node", "nope"},
+	for _, tc := range []struct {
+		args    []string
+		unknown string
+	}{
+		{[]string{"job", "retyr", "j-1"}, "retyr"},
+		{[]string{"job", "frobnicate"}, "frobnicate"},
+		{[]string{"node", "nope"}, "nope"},
+		{[]string{"job", "dlq", "purge"}, "purge"},
 	} {
-		code, out, errOut := runCLI(t, args...)
-		if code != ExitUsage || !strings.Contains(errOut, `unknown command "`+args[1]+`"`) {
-			t.Errorf("%q: code %d, stdout %q, stderr %q; want exit 2 naming the command", args, code, out, errOut)
+		code, out, errOut := runCLI(t, tc.args...)
+		if code != ExitUsage || !strings.Contains(errOut, `unknown command "`+tc.unknown+`"`) {
+			t.Errorf("%q: code %d, stdout %q, stderr %q; want exit 2 naming %q", tc.args, code, out, errOut, tc.unknown)
 		}
 	}
 	// A bare group still shows its help.
@@ -106,5 +110,15 @@ func TestJobListStatusAndLimit(t *testing.T) {
 	}
 	if code, _, errOut := runCLI(t, "job", "delete", "--addr", addr, j.ID); code != ExitFailed || !strings.Contains(errOut, "not found") {
 		t.Fatalf("second delete: code %d err %q", code, errOut)
+	}
+
+	// The dead-letter commands against a controller with none.
+	if code, out, errOut := runCLI(t, "job", "dlq", "list", "--addr", addr, "-o", "json"); code != ExitOK || strings.TrimSpace(out) != "[]" {
+		t.Fatalf("dlq list: code %d out %q err %q", code, out, errOut)
+	}
+	for _, verb := range []string{"replay", "drop"} {
+		if code, _, errOut := runCLI(t, "job", "dlq", verb, "--addr", addr, "job-none"); code != ExitFailed || !strings.Contains(errOut, "no dead letter") {
+			t.Fatalf("dlq %s of a job without one: code %d err %q", verb, code, errOut)
+		}
 	}
 }
