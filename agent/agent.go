@@ -24,6 +24,7 @@ import (
 	"github.com/gridfleet/terraform-provider-grid/backends"
 	"github.com/gridfleet/terraform-provider-grid/backends/builtin"
 	"github.com/gridfleet/terraform-provider-grid/internal/bus"
+	"github.com/gridfleet/terraform-provider-grid/internal/config"
 )
 
 const (
@@ -91,6 +92,13 @@ type Agent struct {
 	taskCancel context.CancelCauseFunc
 	// stopCh closes when shutdown begins, so queued tasks give up.
 	stopCh chan struct{}
+	// pubCtx bounds the retries of final results; cancelled once shutdown
+	// has given tasks their time, or at a kill, so no publish outlives the
+	// connection.
+	pubCtx    context.Context
+	pubCancel context.CancelFunc
+	// resends counts resendFinal goroutines; shutdown waits for them.
+	resends sync.WaitGroup
 
 	hbCancel context.CancelFunc
 	hbDone   chan struct{}
@@ -121,10 +129,7 @@ func New(cfg Config) (*Agent, error) {
 	}
 	cfg.Groups = slices.Clone(cfg.Groups)
 	cfg.NATSURLs = slices.Clone(cfg.NATSURLs)
-	log := cfg.Logger
-	if log == nil {
-		log = slog.Default()
-	}
+	log := config.Logger(cfg.Logger)
 	if cfg.Sandbox != "" {
 		if err := os.MkdirAll(cfg.Sandbox, 0o750); err != nil {
 			return nil, fmt.Errorf("agent: sandbox: %w", err)
@@ -145,6 +150,13 @@ func New(cfg Config) (*Agent, error) {
 		}
 		reg.SetAllowlist(allow)
 	}
+	if len(cfg.CheckOnly) > 0 {
+		co, err := backends.ParseAllowlist(cfg.CheckOnly)
+		if err != nil {
+			return nil, fmt.Errorf("agent config: check_only: %w", err)
+		}
+		reg.SetCheckOnly(co)
+	}
 	if cfg.DataDir != "" {
 		if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
 			return nil, fmt.Errorf("agent: data dir: %w", err)
@@ -160,6 +172,7 @@ func New(cfg Config) (*Agent, error) {
 		backendNames = append(backendNames, s.Name)
 	}
 	taskCtx, taskCancel := context.WithCancelCause(context.Background())
+	pubCtx, pubCancel := context.WithCancel(context.Background())
 	a := &Agent{
 		cfg:        cfg,
 		id:         cfg.Name,
@@ -175,6 +188,8 @@ func New(cfg Config) (*Agent, error) {
 		slots:      make(chan struct{}, cfg.MaxConcurrent),
 		taskCtx:    taskCtx,
 		taskCancel: taskCancel,
+		pubCtx:     pubCtx,
+		pubCancel:  pubCancel,
 		stopCh:     make(chan struct{}),
 		hbDone:     make(chan struct{}),
 		killCh:     make(chan struct{}),
@@ -226,6 +241,7 @@ func (a *Agent) Start(ctx context.Context) error {
 	if err := a.start(ctx); err != nil {
 		a.stopHTTP()
 		a.taskCancel(err)
+		a.pubCancel()
 		if a.nc != nil {
 			a.nc.Close()
 		}
@@ -451,6 +467,9 @@ func (a *Agent) shutdown() {
 		}
 	}
 	a.taskCancel(errShutdown)
+	// Tasks had their time to publish; stop whatever still retries.
+	a.pubCancel()
+	a.resends.Wait()
 	a.hbCancel()
 	<-a.hbDone
 	// The heartbeat has stopped, so nothing re-puts "online" after this.
@@ -481,10 +500,12 @@ func (a *Agent) crash() {
 	a.log.Warn("agent killed")
 	a.beginStop()
 	a.taskCancel(errKilled)
+	a.pubCancel()
 	a.hbCancel()
 	<-a.hbDone
 	// Final publishes fail at once on the closed connection.
 	a.waitTasks(10 * time.Second)
+	a.resends.Wait()
 }
 
 // onCommand runs on the subscription's goroutine, so it only decides and
@@ -522,6 +543,10 @@ func (a *Agent) onCommand(msg *nats.Msg) {
 	}
 	if a.seen.has(key, now) {
 		f, done := a.finals.get(key, now)
+		if done {
+			// Counted under mu while not stopping, so shutdown waits for it.
+			a.resends.Add(1)
+		}
 		a.mu.Unlock()
 		a.stats.duplicates.Add(1)
 		if done {

@@ -1,10 +1,8 @@
 package agent
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -12,7 +10,6 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
-	"go.yaml.in/yaml/v3"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
 	"github.com/gridfleet/terraform-provider-grid/backends"
@@ -62,6 +59,10 @@ type Config struct {
 	// enables every action not marked dangerous. When set, it replaces the
 	// allowlist of Registry, including a caller-supplied one.
 	Allow []string `yaml:"allow"`
+	// CheckOnly names actions (backend, backend.action or *) this node runs
+	// only in check mode: they report what they would change and change
+	// nothing, whatever the job asks. grid dev sets apt and systemd.
+	CheckOnly []string `yaml:"check_only"`
 	// ShutdownGrace is how long a graceful shutdown waits for running tasks
 	// before interrupting them. Zero means the default, as for every
 	// duration here.
@@ -69,7 +70,8 @@ type Config struct {
 
 	// Registry holds the backends to offer; nil means the built-in set.
 	Registry *backends.Registry `yaml:"-"`
-	// Logger receives the agent's logs; nil means slog.Default().
+	// Logger receives the agent's logs; nil logs nothing (as everywhere in
+	// GRID: internal/config.Logger).
 	Logger *slog.Logger `yaml:"-"`
 	// MetricsAddr, when set, is where the agent serves /metrics, /healthz
 	// and /readyz (host:port; port 0 picks one).
@@ -215,6 +217,9 @@ func (c Config) Validate() error {
 	if _, err := backends.ParseAllowlist(c.Allow); err != nil {
 		bad("allow: %w", err)
 	}
+	if _, err := backends.ParseAllowlist(c.CheckOnly); err != nil {
+		bad("check_only: %w", err)
+	}
 	return errors.Join(errs...)
 }
 
@@ -222,28 +227,5 @@ func (c Config) Validate() error {
 // the file sets (start from DefaultConfig). Unknown keys are errors, so a
 // misspelt setting is not silently ignored. The result is not validated.
 func LoadConfig(path string, into *Config) error {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Errorf("read agent config: %w", err)
-	}
-	d := yaml.NewDecoder(bytes.NewReader(data))
-	d.KnownFields(true)
-	if err := d.Decode(into); err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil // an empty file keeps every default
-		}
-		return fmt.Errorf("agent config %s: %w", path, cleanYAMLError(err))
-	}
-	var extra any
-	if err := d.Decode(&extra); !errors.Is(err, io.EOF) {
-		return fmt.Errorf("agent config %s: a config file holds one YAML document", path)
-	}
-	return nil
-}
-
-func cleanYAMLError(err error) error {
-	msg := strings.TrimPrefix(err.Error(), "yaml: ")
-	msg = strings.ReplaceAll(msg, "unmarshal errors:\n  ", "")
-	msg = strings.ReplaceAll(msg, " in type agent.Config", "")
-	return errors.New(msg)
+	return config.Load(path, "agent config", into)
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/gridfleet/terraform-provider-grid/backends/ping"
 	"github.com/gridfleet/terraform-provider-grid/backends/testbackend"
 	"github.com/gridfleet/terraform-provider-grid/internal/bus"
+	"github.com/gridfleet/terraform-provider-grid/internal/testwait"
 )
 
 // harness is a real embedded NATS server with GRID's topology, plus a
@@ -216,16 +217,7 @@ func (h *harness) final(job, node string, within time.Duration) api.TaskResult {
 // eventually polls cond until it holds or the deadline passes.
 func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		if cond() {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", within, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.Until(t, within, 10*time.Millisecond, what, cond)
 }
 
 func (h *harness) nodeInfo(id string) api.NodeInfo {

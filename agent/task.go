@@ -18,6 +18,7 @@ import (
 	"github.com/gridfleet/terraform-provider-grid/api"
 	"github.com/gridfleet/terraform-provider-grid/backends"
 	"github.com/gridfleet/terraform-provider-grid/internal/bus"
+	"github.com/gridfleet/terraform-provider-grid/internal/retry"
 )
 
 const (
@@ -312,34 +313,38 @@ func (a *Agent) publishFinal(t *task, r api.TaskResult) {
 // with the recorded result instead of running it again: a controller that
 // restarted (or took over the job) asks again because it never saw the
 // answer. The message id differs from the original's so the stream stores
-// it even within its duplicate window.
+// it even within its duplicate window. The caller counted it in a.resends.
 func (a *Agent) resendFinal(log *slog.Logger, f finalResult) {
+	defer a.resends.Done()
 	a.storeFinal(context.Background(), log, f.subject, f.data, fmt.Sprintf("resend.%s.%d", f.subject, time.Now().UnixNano()))
 }
 
+// publishPolicy paces the tries of a final result's publish.
+var publishPolicy = retry.Policy{
+	Initial: 100 * time.Millisecond, Multiplier: 2, Max: publishBackoffMax, Jitter: 0.2, MaxElapsed: publishFor,
+}
+
 // storeFinal publishes a final result to the results stream; traceCtx's
-// span travels in the message headers.
+// span travels in the message headers. It retries until publishFor has
+// passed, the connection is closed, or the agent stops publishing (a.pubCtx).
 func (a *Agent) storeFinal(traceCtx context.Context, log *slog.Logger, subject string, data []byte, msgID string) {
-	var err error
 	msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}
 	bus.InjectTrace(traceCtx, msg)
-	backoff := 100 * time.Millisecond
-	giveUp := time.Now().Add(publishFor)
-	for i := 1; ; i++ {
-		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-		_, err = a.js.PublishMsg(ctx, msg, jetstream.WithMsgID(msgID))
-		cancel()
-		if err == nil {
-			return
+	err := retry.Do(a.pubCtx, publishPolicy, func(try int) error {
+		ctx, cancel := context.WithTimeout(a.pubCtx, opTimeout)
+		defer cancel()
+		_, err := a.js.PublishMsg(ctx, msg, jetstream.WithMsgID(msgID))
+		if errors.Is(err, nats.ErrConnectionClosed) {
+			return retry.Stop(err)
 		}
-		if errors.Is(err, nats.ErrConnectionClosed) || time.Now().Add(backoff).After(giveUp) {
-			break
+		if err != nil {
+			log.Warn("publishing final result failed", "try", try, "err", err)
 		}
-		log.Warn("publishing final result failed; retrying", "try", i, "err", err)
-		time.Sleep(backoff)
-		backoff = min(2*backoff, publishBackoffMax)
+		return err
+	})
+	if err != nil {
+		log.Error("final result lost", "subject", subject, "err", err)
 	}
-	log.Error("final result lost", "subject", subject, "err", err)
 }
 
 // progress forwards a backend's progress reports, at most one per

@@ -98,24 +98,36 @@ func (t Task) Name() string { return t.Backend + "." + t.Action }
 // Job is a tree of phases run against a target. Top-level phases are
 // barrier steps; a phase with nested tasks is a per-node pipeline.
 type Job struct {
-	ID        string    `json:"id"`
-	Target    Target    `json:"target"`
-	Tasks     []Phase   `json:"tasks"`
-	Strategy  Strategy  `json:"strategy,omitempty"`
-	Timeout   string    `json:"timeout,omitempty"`
-	CheckMode bool      `json:"check_mode,omitempty"`
-	Status    JobStatus `json:"status"`
+	ID        string   `json:"id"`
+	Target    Target   `json:"target"`
+	Tasks     []Phase  `json:"tasks"`
+	Strategy  Strategy `json:"strategy,omitempty"`
+	Timeout   string   `json:"timeout,omitempty"`
+	CheckMode bool     `json:"check_mode,omitempty"`
+	// MaxConcurrency and MaxErrors are the rolling limits of every
+	// top-level phase that sets none of its own (nil: no limit).
+	MaxConcurrency *Limit    `json:"max_concurrency,omitempty"`
+	MaxErrors      *Limit    `json:"max_errors,omitempty"`
+	Status         JobStatus `json:"status"`
 	// Step is the flat index of the step in progress (or the last one run).
 	Step int `json:"step"`
 	// Expected holds the node ids the target resolved to.
 	Expected []string `json:"expected"`
+	// Unreachable holds the node ids the target matched that were offline
+	// when it was resolved: the job did not run on them.
+	Unreachable []string `json:"unreachable,omitempty"`
+	// Summary counts the nodes by outcome once the job is terminal.
+	Summary *JobSummary `json:"summary,omitempty"`
 	// Results is keyed by flat step index, then node id.
 	Results JobResults `json:"results,omitempty"`
 	// Error says why a job failed or was cancelled as a whole.
 	Error string `json:"error,omitempty"`
 	// Owner is the controller running the job.
-	Owner   string `json:"owner,omitempty"`
-	TraceID string `json:"trace_id,omitempty"`
+	Owner string `json:"owner,omitempty"`
+	// SubmittedBy is the name of the API token that submitted the job; the
+	// controller sets it, a submission cannot.
+	SubmittedBy string `json:"submitted_by,omitempty"`
+	TraceID     string `json:"trace_id,omitempty"`
 	// TraceParent is the W3C traceparent of the request that submitted the
 	// job; the controller that runs it continues that trace.
 	TraceParent string    `json:"trace_parent,omitempty"`
@@ -158,12 +170,17 @@ const (
 	StepFailed     = "failed"
 	StepSkipped    = "skipped"
 	StepCancelled  = "cancelled"
+	// StepUnreachable: the node went away while the step was out to it.
+	StepUnreachable = "unreachable"
+	// StepNotStarted: a rollout stopped (max_errors exceeded) before the
+	// node started the step.
+	StepNotStarted = "not_started"
 )
 
 // StepTerminal reports whether a per-node step state is final.
 func StepTerminal(s string) bool {
 	switch s {
-	case StepSuccess, StepFailed, StepSkipped, StepCancelled:
+	case StepSuccess, StepFailed, StepSkipped, StepCancelled, StepUnreachable, StepNotStarted:
 		return true
 	}
 	return false
@@ -331,6 +348,10 @@ type Status struct {
 	Jobs        QueueStats     `json:"jobs"`
 	Time        time.Time      `json:"time"`
 	Limits      map[string]int `json:"limits,omitempty"`
+	// Replicas is the count the answering controller creates and raises
+	// streams and buckets to; Streams is each one's replication state.
+	Replicas int            `json:"replicas,omitempty"`
+	Streams  []StreamHealth `json:"streams,omitempty"`
 }
 
 // NodeCounts counts nodes by state.

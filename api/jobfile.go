@@ -20,6 +20,9 @@ type JobSpec struct {
 	Strategy  Strategy `json:"strategy,omitempty" yaml:"strategy,omitempty"`
 	Timeout   string   `json:"timeout,omitempty" yaml:"timeout,omitempty"`
 	CheckMode bool     `json:"check_mode,omitempty" yaml:"check_mode,omitempty"`
+	// MaxConcurrency and MaxErrors: see Job.
+	MaxConcurrency *Limit `json:"max_concurrency,omitempty" yaml:"max_concurrency,omitempty"`
+	MaxErrors      *Limit `json:"max_errors,omitempty" yaml:"max_errors,omitempty"`
 	// Priority is 0 (lowest) to 9 (highest); omitted means DefaultPriority.
 	Priority *int `json:"priority,omitempty" yaml:"priority,omitempty"`
 	// NotBefore delays the job: an RFC 3339 time, or a duration from
@@ -29,7 +32,8 @@ type JobSpec struct {
 
 // Job returns a new, not yet submitted job for the spec.
 func (s JobSpec) Job() *Job {
-	j := &Job{Target: s.Target, Tasks: s.Tasks, Strategy: s.Strategy, Timeout: s.Timeout, CheckMode: s.CheckMode, Priority: DefaultPriority}
+	j := &Job{Target: s.Target, Tasks: s.Tasks, Strategy: s.Strategy, Timeout: s.Timeout, CheckMode: s.CheckMode,
+		MaxConcurrency: s.MaxConcurrency, MaxErrors: s.MaxErrors, Priority: DefaultPriority}
 	if s.Priority != nil {
 		j.Priority = *s.Priority
 	}

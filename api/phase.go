@@ -25,6 +25,10 @@ type Phase struct {
 	MaxRetries int       `json:"max_retries,omitempty" yaml:"max_retries,omitempty"`
 	Tasks      []Phase   `json:"tasks,omitempty" yaml:"tasks,omitempty"`
 	Condition  Condition `json:"condition,omitempty" yaml:"condition,omitempty"`
+	// MaxConcurrency and MaxErrors roll a top-level phase (a barrier step
+	// or a whole pipeline) out in slots; they override the job's.
+	MaxConcurrency *Limit `json:"max_concurrency,omitempty" yaml:"max_concurrency,omitempty"`
+	MaxErrors      *Limit `json:"max_errors,omitempty" yaml:"max_errors,omitempty"`
 }
 
 // IsLeaf reports whether the phase runs a single backend action.
@@ -133,6 +137,12 @@ func (p Phase) validate(depth int, path string) error {
 	if err := validateCondition(p.Condition, path); err != nil {
 		return err
 	}
+	if depth > 1 && (p.MaxConcurrency != nil || p.MaxErrors != nil) {
+		return invalid(path, "max_concurrency and max_errors apply to a whole pipeline; set them on the pipeline, not on a step inside it")
+	}
+	if err := validateLimits(p.MaxConcurrency, p.MaxErrors, path+"."); err != nil {
+		return err
+	}
 	if p.IsBranch() {
 		if p.Backend != "" || p.Action != "" || len(p.Params) > 0 || p.Timeout != "" || p.MaxRetries != 0 {
 			return invalid(path, "a phase has either backend/action/params/timeout/max_retries or nested tasks, not both")
@@ -221,6 +231,9 @@ func (j *Job) Validate() error {
 		if _, err := ParsePositiveDuration(j.Timeout); err != nil {
 			return invalid("timeout", "%v", err)
 		}
+	}
+	if err := validateLimits(j.MaxConcurrency, j.MaxErrors, ""); err != nil {
+		return err
 	}
 	if err := validatePhases(j.Tasks, 1, ""); err != nil {
 		return err

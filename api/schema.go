@@ -256,7 +256,8 @@ type Catalog struct {
 
 // MergeSchemas merges schema sets: a backend offered by several nodes is
 // listed once, with the union of its actions (the first declaration of an
-// action wins).
+// action wins, except that an action one node marks dangerous is dangerous:
+// the controller's policy must not depend on which node answered first).
 func MergeSchemas(sets ...[]BackendSchema) []BackendSchema {
 	byName := map[string]*BackendSchema{}
 	var order []string
@@ -270,9 +271,12 @@ func MergeSchemas(sets ...[]BackendSchema) []BackendSchema {
 				order = append(order, b.Name)
 			}
 			for _, a := range b.Actions {
-				if _, dup := m.Action(a.Name); !dup {
+				i := slices.IndexFunc(m.Actions, func(x ActionSchema) bool { return x.Name == a.Name })
+				if i < 0 {
 					m.Actions = append(m.Actions, a)
+					continue
 				}
+				m.Actions[i].Dangerous = m.Actions[i].Dangerous || a.Dangerous
 			}
 		}
 	}

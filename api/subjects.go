@@ -16,6 +16,9 @@ const (
 	BucketControllers = "controllers"
 	// BucketSchemas holds backend schema sets keyed by SchemaDigest.
 	BucketSchemas = "schemas"
+	// BucketTokens holds the API tokens (hashed) by name; only controllers
+	// read it.
+	BucketTokens = "tokens"
 
 	SubjectRequests = "request.>"
 	SubjectCommands = "cmd.>"

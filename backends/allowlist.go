@@ -34,6 +34,15 @@ func ParseAllowlist(entries []string) (*Allowlist, error) {
 	return a, nil
 }
 
+// Names reports whether an entry names the action: "*", its backend, or
+// backend.action. Unlike Allows, an empty list names nothing.
+func (a *Allowlist) Names(backend, action string) bool {
+	if a == nil {
+		return false
+	}
+	return a.entries["*"] || a.entries[backend] || a.entries[backend+"."+action]
+}
+
 // Allows reports whether the action of backend is enabled.
 func (a *Allowlist) Allows(backend string, action api.ActionSchema) bool {
 	if a == nil || len(a.entries) == 0 {

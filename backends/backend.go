@@ -29,6 +29,9 @@ type Request struct {
 	Params api.Params
 	// CheckMode asks for a report of what would change, changing nothing.
 	CheckMode bool
+	// ForcedCheck says the registry set CheckMode because the node runs
+	// the action only in check mode (see Registry.SetCheckOnly).
+	ForcedCheck bool
 	// Progress reports progress of a long action (pct 0..100); never nil
 	// when a backend is called through a Registry.
 	Progress func(pct int, message string)
@@ -62,6 +65,8 @@ type Registry struct {
 	mu       sync.RWMutex
 	backends map[string]Backend
 	allow    *Allowlist
+	// checkOnly names actions that always run in check mode here.
+	checkOnly *Allowlist
 }
 
 // NewRegistry returns an empty registry with the default allowlist
@@ -99,6 +104,16 @@ func (r *Registry) MustRegister(bs ...Backend) *Registry {
 func (r *Registry) SetAllowlist(a *Allowlist) {
 	r.mu.Lock()
 	r.allow = a
+	r.mu.Unlock()
+}
+
+// SetCheckOnly names actions (entries as in an allowlist) that this node
+// runs only in check mode: they report what they would change and change
+// nothing, whatever the job asks. Read-only actions run as usual; one that
+// has no check mode is refused. nil runs everything as asked.
+func (r *Registry) SetCheckOnly(a *Allowlist) {
+	r.mu.Lock()
+	r.checkOnly = a
 	r.mu.Unlock()
 }
 
@@ -157,6 +172,7 @@ func (r *Registry) Prepare(backend string, req *Request) (Backend, error) {
 	}
 	r.mu.RLock()
 	allowed := r.allow.Allows(backend, a)
+	forced := !a.ReadOnly && r.checkOnly.Names(backend, a.Name)
 	r.mu.RUnlock()
 	if !allowed {
 		return nil, fmt.Errorf("%s.%s is %w on this node (enable it in the agent's allow list)", backend, a.Name, ErrNotAllowed)
@@ -164,6 +180,12 @@ func (r *Registry) Prepare(backend string, req *Request) (Backend, error) {
 	params, err := a.Apply(backend, req.Params)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidParams, err)
+	}
+	if forced && !a.CheckMode {
+		return nil, fmt.Errorf("%s.%s runs only in check mode on this node, and it has none: %w", backend, a.Name, ErrNotAllowed)
+	}
+	if forced && !req.CheckMode {
+		req.CheckMode, req.ForcedCheck = true, true
 	}
 	if req.CheckMode && !a.CheckMode && !a.ReadOnly {
 		return nil, fmt.Errorf("%s.%s: %w", backend, a.Name, ErrCheckMode)
@@ -185,6 +207,9 @@ func (r *Registry) Run(ctx context.Context, backend string, req *Request) (*Resu
 	res, err := b.Run(ctx, req)
 	if res == nil {
 		res = &Result{}
+	}
+	if req.ForcedCheck {
+		res.Output = "check mode only on this node, nothing was changed: " + res.Output
 	}
 	return res, err
 }

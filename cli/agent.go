@@ -45,6 +45,7 @@ tasks finish and deregisters.`,
 			setIfChanged(fs, "nats", &cfg.NATSURLs, flags.NATSURLs)
 			setIfChanged(fs, "data-dir", &cfg.DataDir, flags.DataDir)
 			setIfChanged(fs, "allow", &cfg.Allow, flags.Allow)
+			setIfChanged(fs, "check-only", &cfg.CheckOnly, flags.CheckOnly)
 			setIfChanged(fs, "metrics-addr", &cfg.MetricsAddr, flags.MetricsAddr)
 			cfg.Logger = logger
 			if err := cfg.Validate(); err != nil {
@@ -77,7 +78,8 @@ tasks finish and deregisters.`,
 	f.StringSliceVar(&flags.Groups, "groups", def.Groups, "groups the node is in, comma-separated (web,web.prod)")
 	f.StringSliceVar(&flags.NATSURLs, "nats", def.NATSURLs, "NATS server URLs, comma-separated")
 	f.StringVar(&flags.DataDir, "data-dir", def.DataDir, "directory for agent state")
-	f.StringSliceVar(&flags.Allow, "allow", def.Allow, "backend actions to enable: backend, backend.action or * (comma-separated)")
+	f.StringSliceVar(&flags.Allow, "allow", def.Allow, "backend actions to enable: backend, backend.action or * (comma-separated); dangerous ones only when named")
+	f.StringSliceVar(&flags.CheckOnly, "check-only", def.CheckOnly, "backend actions to run in check mode only, changing nothing: backend, backend.action or * (comma-separated)")
 	f.StringVar(&flags.MetricsAddr, "metrics-addr", def.MetricsAddr, "serve /metrics, /healthz and /readyz on this address (host:port); off when empty")
 	logs.register(f, "info")
 	return cmd

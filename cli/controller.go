@@ -29,11 +29,15 @@ func controllerCommand(g *globals, o *controllerOptions) *cobra.Command {
 		Short: "Run a controller: embedded NATS JetStream, scheduler and HTTP API",
 		Long: `Run a controller. Settings come from the defaults, then the --config YAML
 file, then the flags given on the command line, each overriding the one
-before. The controller stops on SIGINT or SIGTERM.`,
+before. The controller stops on SIGINT or SIGTERM.
+
+Every API route but /healthz and /readyz wants a bearer token. At its first
+start the controller writes an admin token to DATA_DIR/admin-token (mode
+0600) and reuses it after; "grid token create" makes more.`,
 		Example: `  grid controller --data-dir /var/lib/grid
   grid controller --config /etc/grid/controller.yaml --api-addr 0.0.0.0:8765
   grid controller --name c1 --cluster-name grid --cluster-addr 0.0.0.0:6222 \
-      --routes nats://c2:6222,nats://c3:6222 --replicas 3`,
+      --routes nats://c2:6222,nats://c3:6222`,
 		Args: exactArgs(),
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
 			logger, err := o.logs.logger(g.stderr)
@@ -90,7 +94,7 @@ before. The controller stops on SIGINT or SIGTERM.`,
 	f.StringVar(&o.flags.ClusterName, "cluster-name", def.ClusterName, "join the embedded NATS server to this cluster (with --cluster-addr and --routes)")
 	f.StringVar(&o.flags.ClusterAddr, "cluster-addr", def.ClusterAddr, "embedded NATS cluster listen address for routes from peers (host:port)")
 	f.StringSliceVar(&o.flags.Routes, "routes", def.Routes, "peers' cluster addresses, comma-separated (nats://host:port,...)")
-	f.IntVar(&o.flags.Replicas, "replicas", def.Replicas, "replicas of every stream and bucket: 1, or 3 in a cluster of three or more")
+	f.IntVar(&o.flags.Replicas, "replicas", def.Replicas, "replicas of every stream and bucket; 0 chooses: 1 on a single server, min(3, servers named by --routes plus this one) in a cluster")
 	o.flags.MemoryLimit = def.MemoryLimit
 	f.Var(&o.flags.MemoryLimit, "memory-limit", "soft memory limit of the Go runtime for this process while no job runs, e.g. 300MiB; 0 for none (GOMEMLIMIT or GOGC in the environment take precedence)")
 	f.StringVar(&o.flags.DebugAddr, "debug-addr", def.DebugAddr, "serve the Go profiler (/debug/pprof/) and runtime memory figures (/debug/memory) on this host:port (off when empty)")

@@ -91,3 +91,38 @@ func TestControllerMemoryAndDebugFlags(t *testing.T) {
 		t.Error("--memory-limit 300MB accepted (the units are GOMEMLIMIT's: MiB, GiB)")
 	}
 }
+
+// --replicas not given leaves replicas unset (chosen from the cluster's
+// size) or as the file has it; given, even as 1, it wins.
+func TestControllerReplicasFlag(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "controller.yaml")
+	if err := os.WriteFile(file, []byte("cluster_name: grid\nreplicas: 3\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		file string
+		args []string
+		want int
+	}{
+		{"unset", "", nil, 0},
+		{"from the file", file, nil, 3},
+		{"flag 1 beats the file", file, []string{"--replicas", "1"}, 1},
+		{"flag 1 alone", "", []string{"--replicas", "1"}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := &controllerOptions{}
+			cmd := controllerCommand(&globals{}, o)
+			if err := cmd.Flags().Parse(tc.args); err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := controllerConfig(cmd.Flags(), tc.file, &o.flags)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.Replicas != tc.want {
+				t.Errorf("replicas %d, want %d", cfg.Replicas, tc.want)
+			}
+		})
+	}
+}

@@ -25,7 +25,21 @@ func newDevCommand(g *globals) *cobra.Command {
 		Short: "Run a controller and N agents in one process, for trying GRID out",
 		Long: `Run a local fleet: a controller with its embedded NATS server and N agents
 in this process, with a temporary data directory that is removed at exit.
-The agents enable only sandboxed backends. Stop it with Ctrl-C.`,
+It prints an export line (GRID_ADDR and GRID_TOKEN, the admin token) to
+paste into another terminal. Stop it with Ctrl-C.
+
+The agents never change this machine. What each backend really does here:
+  ping, test     real and harmless: echo, sleep, fail
+  sysinfo        real, read-only: load, memory, disks
+  file           real, but only inside each agent's sandbox directory in the
+                 temporary data directory
+  net            ping sends real ICMP echo requests; dns_get reads a
+                 resolv.conf in the sandbox; dns_set is off (dangerous)
+  apt, systemd   check mode only: they query the host (dpkg-query,
+                 apt-get -s, systemctl show) and report what they would
+                 change, changing nothing; apt remove and upgrade, systemd
+                 stop and disable are off (dangerous)
+  exec           off: no programs are registered`,
 		Example: `  grid dev
   grid dev --agents 10 --api-addr 127.0.0.1:9000`,
 		Args: exactArgs(),
@@ -50,7 +64,8 @@ The agents enable only sandboxed backends. Stop it with Ctrl-C.`,
 				return usageErrorf("%w", err)
 			}
 			defer stopTracing()
-			f, err := fleet.Start(ctx, fleet.Options{Agents: agents, APIAddr: apiAddr, DataDir: dir, Logger: logger})
+			f, err := fleet.Start(ctx, fleet.Options{Agents: agents, APIAddr: apiAddr, DataDir: dir, Logger: logger,
+				Agent: fleet.DevAgent})
 			if err != nil {
 				return fmt.Errorf("start dev fleet: %w", err)
 			}
@@ -60,13 +75,16 @@ The agents enable only sandboxed backends. Stop it with Ctrl-C.`,
   NATS:   %s
   groups: %s
   data:   %s (removed at exit)
+  apt and systemd run in check mode only; see grid dev --help
 
-Try, in another terminal:
-  grid --addr %s node list
-  grid --addr %s job run --target group:web ping echo --message hi --wait
+Paste into another terminal (the token is the admin token):
+  export GRID_ADDR=%s GRID_TOKEN=%s
+then try:
+  grid node list
+  grid job run --target group:web ping echo --message hi --wait
 
 Ctrl-C stops the fleet.
-`, agents, agents, addr, f.NATSURL(), devGroups(agents), dir, addr, addr)
+`, agents, agents, addr, f.NATSURL(), devGroups(agents), dir, addr, f.AdminToken())
 			<-ctx.Done()
 			_, _ = fmt.Fprintln(g.stderr, "stopping the dev fleet…")
 			<-f.Done()

@@ -3,6 +3,10 @@ package cli
 import (
 	"bytes"
 	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -29,12 +33,50 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// fakeApt builds backends/apt's fake apt-get and dpkg-query into a
+// directory for PATH; every call is logged to dir/argv.log, and an install
+// that really runs creates dir/installed/<pkg>.
+func fakeApt(t *testing.T) (binDir, dir string) {
+	t.Helper()
+	dir = t.TempDir()
+	binDir = filepath.Join(dir, "bin")
+	for _, d := range []string{"installed", "avail", "bin"} {
+		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "avail", "cowsay"), []byte("3.03"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(binDir, "fakeapt")
+	cmd := exec.Command("go", "build", "-o", bin, "./testdata/fakeapt")
+	cmd.Dir = "../backends/apt"
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build fakeapt: %v\n%s", err, out)
+	}
+	for _, n := range []string{"apt-get", "dpkg-query"} {
+		if err := os.Symlink(bin, filepath.Join(binDir, n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return binDir, dir
+}
+
 // TestDevFleetEndToEnd runs "grid dev" and drives it with the client
-// commands, as the README's quick start does.
+// commands, as the README's quick start does: the export line it prints
+// is all a client needs.
 func TestDevFleetEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a fleet")
 	}
+	// apt-get and dpkg-query on PATH are fakes that log every call, so the
+	// test sees whether grid dev would have changed the host.
+	aptBin, aptDir := fakeApt(t)
+	t.Setenv("PATH", aptBin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	t.Setenv("FAKE_APT_DIR", aptDir)
+	t.Setenv("GRID_ADDR", "")
+	t.Setenv("GRID_TOKEN", "")
+
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var devOut, devErr syncBuffer
@@ -43,12 +85,12 @@ func TestDevFleetEndToEnd(t *testing.T) {
 		done <- run(ctx, "test", []string{"dev", "--agents", "2", "--api-addr", "127.0.0.1:0"}, &devOut, &devErr)
 	}()
 
-	apiRE := regexp.MustCompile(`API:\s+(http://\S+)`)
-	var addr string
+	exportRE := regexp.MustCompile(`export GRID_ADDR=(http://\S+) GRID_TOKEN=(\S+)`)
+	var addr, tok string
 	deadline := time.Now().Add(30 * time.Second)
 	for addr == "" {
-		if m := apiRE.FindStringSubmatch(devOut.String()); m != nil {
-			addr = m[1]
+		if m := exportRE.FindStringSubmatch(devOut.String()); m != nil {
+			addr, tok = m[1], m[2]
 			break
 		}
 		select {
@@ -57,33 +99,87 @@ func TestDevFleetEndToEnd(t *testing.T) {
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("grid dev printed no API address: %q %q", devOut.String(), devErr.String())
+			t.Fatalf("grid dev printed no export line: %q %q", devOut.String(), devErr.String())
 		}
 	}
 
-	code, out, errOut := runCLI(t, "--addr", addr, "node", "list")
+	// Without the token the API refuses, and says what to do.
+	code, _, errOut := runCLI(t, "--addr", addr, "node", "list")
+	if code != ExitFailed || !strings.Contains(errOut, "401") || !strings.Contains(errOut, "GRID_TOKEN") {
+		t.Fatalf("node list without a token: code %d err %q", code, errOut)
+	}
+	t.Setenv("GRID_ADDR", addr)
+	t.Setenv("GRID_TOKEN", tok)
+
+	code, out, errOut := runCLI(t, "node", "list")
 	if code != ExitOK || !strings.Contains(out, "node-1") || !strings.Contains(out, "node-2") {
 		t.Fatalf("node list: code %d out %q err %q", code, out, errOut)
 	}
-	code, out, errOut = runCLI(t, "job", "run", "--addr", addr, "--target", "group:web", "ping", "echo", "--message", "hi", "--wait")
+	code, out, errOut = runCLI(t, "job", "run", "--target", "group:web", "ping", "echo", "--message", "hi", "--wait")
 	if code != ExitOK || !strings.Contains(out, "completed") || !strings.Contains(out, "hi") {
 		t.Fatalf("job run: code %d out %q err %q", code, out, errOut)
 	}
-	code, out, errOut = runCLI(t, "job", "run", "--addr", addr, "-f", "../examples/jobs/fail-fast-rollback.yaml", "--wait")
+	code, out, errOut = runCLI(t, "job", "run", "-f", "../examples/jobs/fail-fast-rollback.yaml", "--wait")
 	if code != ExitFailed || !strings.Contains(out, "skipped") || !strings.Contains(out, "rolled back") {
 		t.Fatalf("fail-fast job: code %d out %q err %q", code, out, errOut)
 	}
-	code, _, errOut = runCLI(t, "job", "run", "--addr", addr, "--target", "all", "ping", "echo", "--bogus", "x")
+	code, _, errOut = runCLI(t, "job", "run", "--target", "all", "ping", "echo", "--bogus", "x")
 	if code != ExitUsage {
 		t.Fatalf("unknown param: code %d err %q", code, errOut)
 	}
-	code, out, errOut = runCLI(t, "--addr", addr, "backends", "ping")
+	code, out, errOut = runCLI(t, "backends", "ping")
 	if code != ExitOK || !strings.Contains(out, "--duration") {
 		t.Fatalf("backends ping: code %d out %q err %q", code, out, errOut)
 	}
-	code, out, _ = runCLI(t, "--addr", addr, "-o", "json", "job", "list")
+	code, out, _ = runCLI(t, "-o", "json", "job", "list")
 	if code != ExitOK || strings.Count(out, `"id"`) != 2 {
 		t.Fatalf("job list: code %d out %q", code, out)
+	}
+
+	// The issue's attack: apt install from grid dev must not touch the host.
+	code, out, errOut = runCLI(t, "job", "run", "--target", "node:node-1", "apt", "install", "--package", "cowsay", "--wait")
+	if code != ExitOK || !strings.Contains(out, "check mode only") {
+		t.Fatalf("apt install in grid dev: code %d out %q err %q", code, out, errOut)
+	}
+	if _, err := os.Stat(filepath.Join(aptDir, "installed", "cowsay")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("apt install from grid dev installed the package on the host (err %v)", err)
+	}
+	log, _ := os.ReadFile(filepath.Join(aptDir, "argv.log"))
+	for _, line := range strings.Split(strings.TrimSpace(string(log)), "\n") {
+		if strings.Contains(line, `"apt-get"`) && !strings.Contains(line, `"-s"`) {
+			t.Errorf("apt-get ran without -s (simulate) in grid dev: %s", line)
+		}
+	}
+	// Dangerous actions are not offered at all.
+	code, _, errOut = runCLI(t, "job", "run", "--target", "node:node-1", "apt", "remove", "--package", "bash", "--wait")
+	if code != ExitUsage || !strings.Contains(errOut, "remove") {
+		t.Fatalf("apt remove in grid dev: code %d err %q", code, errOut)
+	}
+
+	// Tokens: a read token made with the CLI can look but not submit, and
+	// once revoked it is refused.
+	code, out, errOut = runCLI(t, "token", "create", "--name", "ci", "--role", "read")
+	readTok := strings.TrimSpace(out)
+	if code != ExitOK || !strings.HasPrefix(readTok, "grid_") || !strings.Contains(errOut, "not shown again") {
+		t.Fatalf("token create: code %d out %q err %q", code, out, errOut)
+	}
+	code, out, errOut = runCLI(t, "token", "list")
+	if code != ExitOK || !strings.Contains(out, "ci") || !strings.Contains(out, "read") || strings.Contains(out, readTok) {
+		t.Fatalf("token list: code %d out %q err %q", code, out, errOut)
+	}
+	if code, out, errOut = runCLI(t, "--token", readTok, "node", "list"); code != ExitOK {
+		t.Fatalf("node list with a read token: code %d out %q err %q", code, out, errOut)
+	}
+	code, _, errOut = runCLI(t, "--token", readTok, "job", "run", "--target", "all", "ping", "echo")
+	if code != ExitFailed || !strings.Contains(errOut, "403") || !strings.Contains(errOut, `"ci" has role read`) {
+		t.Fatalf("submit with a read token: code %d err %q", code, errOut)
+	}
+	if code, out, errOut = runCLI(t, "token", "revoke", "ci"); code != ExitOK || !strings.Contains(out, "revoked") {
+		t.Fatalf("token revoke: code %d out %q err %q", code, out, errOut)
+	}
+	code, _, errOut = runCLI(t, "--token", readTok, "node", "list")
+	if code != ExitFailed || !strings.Contains(errOut, "401") || !strings.Contains(errOut, "revoked") {
+		t.Fatalf("node list with a revoked token: code %d err %q", code, errOut)
 	}
 
 	cancel()
@@ -94,5 +190,21 @@ func TestDevFleetEndToEnd(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("grid dev did not stop")
+	}
+}
+
+// A client flag given to a command that serves is refused, not ignored.
+func TestServerCommandsRefuseClientFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"controller", "--token", "x"},
+		{"controller", "--addr", "http://h:1"},
+		{"agent", "--token", "x"},
+		{"dev", "--token", "x"},
+		{"provider", "--token", "x"},
+	} {
+		code, _, errOut := runCLI(t, args...)
+		if code != ExitUsage || !strings.Contains(errOut, "--"+strings.TrimPrefix(args[1], "--")+" is") {
+			t.Errorf("%v: code %d err %q", args, code, errOut)
+		}
 	}
 }

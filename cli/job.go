@@ -30,13 +30,17 @@ func newJobCommand(g *globals) *cobra.Command {
 // runOptions are the flags of "job run" that are GRID's own; everything
 // else of the form --name value becomes a task parameter.
 type runOptions struct {
-	file      string
-	target    string
-	strategy  string
-	timeout   string
-	wait      bool
-	check     bool
-	params    []string // --param name=value, for names that collide with a flag
+	file     string
+	target   string
+	strategy string
+	timeout  string
+	wait     bool
+	check    bool
+	params   []string // --param name=value, for names that collide with a flag
+	// maxConcurrency and maxErrors are the job's rollout limits ("10%", "1").
+	maxConcurrency string
+	maxErrors      string
+	// priority and notBefore say in which order and from when the job runs.
 	priority  int
 	notBefore string
 }
@@ -56,10 +60,14 @@ TARGET is all, any, group:NAME or node:ID.
 
 Without --wait the job id is printed (with -o json, the job). With --wait the
 command follows the job to its end and prints per-node results; the exit code
-is 0 when the job completed and 1 when it failed, was cancelled or partially
-failed.`,
+is 0 when the job completed, 1 when it failed, was cancelled or partially
+failed, and 3 when unreachable nodes alone kept it from completing (no node
+failed). --max-concurrency and --max-errors roll the job out a slot at a
+time: a count (3) or a percentage of the nodes (10%, rounded down); once
+more than --max-errors nodes failed or were unreachable, no new node starts.`,
 		Example: `  grid job run --target group:web ping echo --message hi --wait
   grid job run --target all ping sleep --duration=2s --timeout 1m
+  grid job run -f deploy.yaml --max-concurrency 10% --max-errors 1 --wait
   grid job run -f examples/jobs/pipeline-then-barrier.yaml --wait
   grid job run --target node:web-1 apt install --check -- --package curl`,
 		// Parameters are arbitrary --name value pairs, which pflag would
@@ -76,6 +84,8 @@ failed.`,
 	f.StringVar(&o.timeout, "timeout", "", "job timeout, e.g. 10m (overrides the file's)")
 	f.BoolVar(&o.wait, "wait", false, "wait for the job to finish and print its results")
 	f.BoolVar(&o.check, "check", false, "check mode: report what would change without changing it")
+	f.StringVar(&o.maxConcurrency, "max-concurrency", "", "most nodes running a step at once: a count or a percentage, e.g. 10% (overrides the file's)")
+	f.StringVar(&o.maxErrors, "max-errors", "", "failed or unreachable nodes tolerated before no new node starts: a count or a percentage (overrides the file's)")
 	f.StringArrayVarP(&o.params, "param", "p", nil, "task parameter name=value (repeatable)")
 	f.IntVar(&o.priority, "priority", api.DefaultPriority, "priority from 0 (lowest) to 9 (highest) among jobs waiting for a free slot")
 	f.StringVar(&o.notBefore, "not-before", "", "start no earlier than this RFC 3339 time or duration from now (e.g. 10m)")
@@ -300,6 +310,19 @@ func buildSpec(o *runOptions, ra runArgs, changed func(string) bool) (*api.JobSp
 		}
 		spec.NotBefore = o.notBefore
 	}
+	for _, lf := range []struct {
+		flag, value string
+		dst         **api.Limit
+	}{{"max-concurrency", o.maxConcurrency, &spec.MaxConcurrency}, {"max-errors", o.maxErrors, &spec.MaxErrors}} {
+		if !changed(lf.flag) {
+			continue
+		}
+		l, err := api.ParseLimit(lf.value)
+		if err != nil {
+			return nil, usageErrorf("--%s: %w", lf.flag, err)
+		}
+		*lf.dst = &l
+	}
 	if err := spec.Job().Validate(); err != nil {
 		return nil, usageErrorf("%w", err)
 	}
@@ -327,16 +350,27 @@ func readJobFile(path string) ([]byte, error) {
 	return data, nil
 }
 
-// jobOutcome maps a finished job to the command's result.
+// jobOutcome maps a finished job to the command's result: nil when it
+// completed (or is not finished), ExitUnreachable when unreachable nodes
+// alone kept it from completing, else ExitFailed.
 func jobOutcome(j *api.Job) error {
-	if j.Status == api.JobCompleted {
+	if j.Status == api.JobCompleted || !j.Status.Terminal() {
 		return nil
 	}
 	msg := fmt.Sprintf("job %s %s", j.ID, j.Status)
 	if j.Error != "" {
 		msg += ": " + j.Error
 	}
-	return &exitError{code: ExitFailed, err: errors.New(msg)}
+	code := ExitFailed
+	sum := j.Summary
+	if sum == nil {
+		s := j.Summarize()
+		sum = &s
+	}
+	if j.Status != api.JobCancelled && sum.Unreachable > 0 && sum.Failed == 0 {
+		code = ExitUnreachable
+	}
+	return &exitError{code: code, err: errors.New(msg)}
 }
 
 // followJob polls the job and redraws a compact progress view until the job
@@ -381,7 +415,10 @@ func newJobStatusCommand(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "status ID",
 		Short: "Show a job with its per-node results",
-		Args:  exactArgs("ID"),
+		Long: `Show a job with its per-node results. The exit code is the job's, as with
+job run --wait: 0 completed (or still running), 1 failed, cancelled or
+partially failed, 3 unreachable nodes alone kept it from completing.`,
+		Args: exactArgs("ID"),
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
 			c, err := g.client()
 			if err != nil {
@@ -391,7 +428,11 @@ func newJobStatusCommand(g *globals) *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("job %s: %w", args[0], err)
 			}
-			return printJob(g, j)
+			if err := printJob(g, j); err != nil {
+				return err
+			}
+			// The exit code is the job's, as with job run --wait.
+			return jobOutcome(j)
 		}),
 	}
 }

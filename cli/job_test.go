@@ -220,13 +220,16 @@ func TestBuildSpecFileOverrides(t *testing.T) {
 		t.Fatalf("spec %+v", spec)
 	}
 	// Given flags override it.
-	o := &runOptions{file: file, target: "node:n1", strategy: "fail-fast", timeout: "5m", check: true}
+	o := &runOptions{file: file, target: "node:n1", strategy: "fail-fast", timeout: "5m", check: true, maxConcurrency: "10%", maxErrors: "1"}
 	spec, err = buildSpec(o, runArgs{}, func(string) bool { return true })
 	if err != nil {
 		t.Fatal(err)
 	}
 	if spec.Target.String() != "node:n1" || spec.Strategy != api.StrategyFailFast || spec.Timeout != "5m" || !spec.CheckMode {
 		t.Fatalf("spec %+v", spec)
+	}
+	if spec.MaxConcurrency.String() != "10%" || spec.MaxErrors.String() != "1" {
+		t.Fatalf("limits %v %v, want 10%% and 1", spec.MaxConcurrency, spec.MaxErrors)
 	}
 	// Bad overrides and mixing a file with an inline task are rejected.
 	for _, tc := range []struct {
@@ -235,6 +238,8 @@ func TestBuildSpecFileOverrides(t *testing.T) {
 	}{
 		{&runOptions{file: file, timeout: "soon"}, runArgs{}},
 		{&runOptions{file: file, strategy: "yolo"}, runArgs{}},
+		{&runOptions{file: file, maxConcurrency: "lots"}, runArgs{}},
+		{&runOptions{file: file, maxErrors: "-1"}, runArgs{}},
 		{&runOptions{file: file}, runArgs{positional: []string{"ping", "echo"}}},
 		{&runOptions{file: file}, runArgs{params: api.Params{"a": "b"}}},
 		{&runOptions{file: filepath.Join(dir, "missing.yaml")}, runArgs{}},

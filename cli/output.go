@@ -158,8 +158,24 @@ func writeJobTable(w io.Writer, j *api.Job, now time.Time) error {
 	if j.CheckMode {
 		_, _ = fmt.Fprintf(tw, "check mode:\tyes\n")
 	}
+	if j.MaxConcurrency != nil {
+		_, _ = fmt.Fprintf(tw, "max concurrency:\t%s\n", j.MaxConcurrency)
+	}
+	if j.MaxErrors != nil {
+		_, _ = fmt.Fprintf(tw, "max errors:\t%s\n", j.MaxErrors)
+	}
 	_, _ = fmt.Fprintf(tw, "nodes:\t%d\n", len(j.Expected))
+	if len(j.Unreachable) > 0 {
+		_, _ = fmt.Fprintf(tw, "unreachable:\t%s (offline when the target was resolved)\n", truncate(strings.Join(j.Unreachable, ", "), 120))
+	}
+	if sum := j.Summary; sum != nil {
+		_, _ = fmt.Fprintf(tw, "summary:\t%d targeted, %d reached, %d succeeded, %d failed, %d unreachable, %d not started\n",
+			sum.Targeted, sum.Reached, sum.Succeeded, sum.Failed, sum.Unreachable, sum.NotStarted)
+	}
 	_, _ = fmt.Fprintf(tw, "steps:\t%d\n", len(steps))
+	if j.SubmittedBy != "" {
+		_, _ = fmt.Fprintf(tw, "submitted by:\t%s\n", j.SubmittedBy)
+	}
 	if !j.CreatedAt.IsZero() {
 		_, _ = fmt.Fprintf(tw, "created:\t%s\n", j.CreatedAt.Local().Format(time.RFC3339))
 		_, _ = fmt.Fprintf(tw, "duration:\t%s\n", fmtDuration(jobElapsed(j, now)))
@@ -329,6 +345,12 @@ func stepLine(s api.FlatStep, j *api.Job) string {
 		counts[api.StepSuccess], counts[api.StepFailed], active, pending)
 	if n := counts[api.StepSkipped]; n > 0 {
 		fmt.Fprintf(&b, " skipped %d", n)
+	}
+	if n := counts[api.StepUnreachable]; n > 0 {
+		fmt.Fprintf(&b, " unreachable %d", n)
+	}
+	if n := counts[api.StepNotStarted]; n > 0 {
+		fmt.Fprintf(&b, " not started %d", n)
 	}
 	if len(j.Expected) <= maxProgressNodes {
 		b.WriteString(" |")

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
+	"github.com/gridfleet/terraform-provider-grid/controller"
 )
 
 // Exit codes of the grid binary.
@@ -26,6 +27,10 @@ const (
 	// ExitUsage: the input was rejected (bad flags, malformed job file, or
 	// a 400 from the controller).
 	ExitUsage = 2
+	// ExitUnreachable: the job did not complete, and the only nodes that
+	// kept it from completing were unreachable (offline when the target
+	// was resolved, or went away during a step); no node failed.
+	ExitUnreachable = 3
 )
 
 // exitError carries an exit code up to Execute. Commands return it so that
@@ -144,12 +149,14 @@ Started by Terraform, the same binary serves the Terraform provider.`,
 		newNodeCommand(g),
 		newStatusCommand(g),
 		newBackendsCommand(g),
+		newTokenCommand(g),
 		newVersionCommand(g),
-		newControllerCommand(g),
-		newAgentCommand(g),
-		newDevCommand(g),
+		serverCommand(newControllerCommand(g), "The controller writes its admin token to DATA_DIR/"+controller.AdminTokenFile+
+			" at first start; make more with \"grid token create\"."),
+		serverCommand(newAgentCommand(g), "An agent talks to NATS (--nats), not to the API."),
+		serverCommand(newDevCommand(g), "grid dev prints the GRID_ADDR and GRID_TOKEN to use with it."),
 		newBenchCommand(g),
-		newProviderCommand(g),
+		serverCommand(newProviderCommand(g), "Terraform configures the provider (address, token) or it reads GRID_ADDR and GRID_TOKEN."),
 	)
 	requireSubcommands(root)
 	return root

@@ -44,6 +44,12 @@ func printStatus(w io.Writer, addr string, s *api.Status) error {
 	for _, name := range sortedKeys(s.Limits) {
 		_, _ = fmt.Fprintf(tw, "limit %s:\t%d\n", name, s.Limits[name])
 	}
+	if len(s.Streams) > 0 {
+		_, _ = fmt.Fprintf(tw, "streams:\t%d replicas wanted\n", s.Replicas)
+		for _, h := range s.Streams {
+			_, _ = fmt.Fprintf(tw, "  %s:\t%s\n", h.Stream, streamLine(h))
+		}
+	}
 	if len(s.Jobs.OperationCounts) > 0 {
 		_, _ = fmt.Fprintln(tw, "operations:\t")
 		for _, op := range sortedKeys(s.Jobs.OperationCounts) {
@@ -54,6 +60,19 @@ func printStatus(w io.Writer, addr string, s *api.Status) error {
 		return fmt.Errorf("write table: %w", err)
 	}
 	return nil
+}
+
+// streamLine is a stream's replication state in a few words.
+func streamLine(h api.StreamHealth) string {
+	switch {
+	case h.Error != "":
+		return "NO LEADER: " + h.Error
+	case !h.HasLeader:
+		return fmt.Sprintf("NO LEADER: %d replicas, %d current", h.Replicas, h.Current)
+	case h.Current < h.Replicas:
+		return fmt.Sprintf("DEGRADED: %d replicas, %d current, leader %s", h.Replicas, h.Current, h.Leader)
+	}
+	return fmt.Sprintf("ok: %d replicas, %d current, leader %s", h.Replicas, h.Current, h.Leader)
 }
 
 // versionInfo is what "grid version -o json" prints.

@@ -7,6 +7,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
+	"github.com/gridfleet/terraform-provider-grid/internal/retry"
 )
 
 // ensureSchedulerConsumer creates (or finds) the durable consumer every
@@ -19,10 +20,12 @@ import (
 // (request.<p>.*) and the first one, which keeps requests queued before
 // priorities (request.*).
 func (c *Controller) ensureSchedulerConsumer(ctx context.Context, name, filter string) (jetstream.Consumer, error) {
-	delay := 250 * time.Millisecond
-	for try := 1; ; try++ {
+	var cons jetstream.Consumer
+	err := retry.Do(ctx, retry.Policy{Initial: 250 * time.Millisecond, Multiplier: 2, Max: 5 * time.Second}, func(try int) error {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		cons, err := c.js.CreateOrUpdateConsumer(cctx, api.StreamRequests, jetstream.ConsumerConfig{
+		defer cancel()
+		var err error
+		cons, err = c.js.CreateOrUpdateConsumer(cctx, api.StreamRequests, jetstream.ConsumerConfig{
 			Durable:       name,
 			FilterSubject: filter,
 			AckPolicy:     jetstream.AckExplicitPolicy,
@@ -33,21 +36,13 @@ func (c *Controller) ensureSchedulerConsumer(ctx context.Context, name, filter s
 			AckWait:       10 * time.Second,
 			MaxAckPending: 10000,
 		})
-		cancel()
-		if err == nil {
-			return cons, nil
-		}
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		if try == 1 || try%10 == 0 {
+		if err != nil && ctx.Err() == nil && (try == 1 || try%10 == 0) {
 			c.log.Warn("scheduler consumer; retrying", "err", err)
 		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(delay):
-		}
-		delay = min(delay*2, 5*time.Second)
+		return err
+	})
+	if err != nil && ctx.Err() != nil {
+		return nil, ctx.Err()
 	}
+	return cons, err
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"time"
 
@@ -35,8 +36,13 @@ type Config struct {
 	ClusterName string   `yaml:"cluster_name"`
 	ClusterAddr string   `yaml:"cluster_addr"`
 	Routes      []string `yaml:"routes"`
-	// Replicas for streams and buckets: 1 for one server, 3 for a cluster of
-	// three or more.
+	// Replicas for streams and buckets. 0 (the default, also when the key
+	// is absent) chooses: 1 on a single server or with nats_urls, and in a
+	// cluster (cluster_name and routes set) min(3, servers), the servers
+	// being this one and the distinct routes that are not its own
+	// cluster_addr; existing streams are raised to it, never lowered. An
+	// explicit 1 to 5 is used as given (raising or lowering existing
+	// streams); 1 in a cluster is logged as a warning at every start.
 	Replicas int `yaml:"replicas"`
 	// MaxConcurrent bounds the jobs this controller runs at once.
 	MaxConcurrent int `yaml:"max_concurrent"`
@@ -68,6 +74,15 @@ type Config struct {
 	ControllerStaleAfter config.Duration `yaml:"controller_stale_after"`
 	// MaxBodyBytes caps request bodies; larger ones get 413.
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+	// Allow is the controller's own policy of submittable actions: entries
+	// "backend", "backend.action" or "*". Empty accepts every action that
+	// online nodes offer (each agent still applies its own allow list).
+	// Anything else is refused with 403 naming the action.
+	Allow []string `yaml:"allow"`
+	// DangerousRoles are the token roles that may submit actions marked
+	// dangerous (apt remove, systemd stop, ...) other than in check mode.
+	// Default: admin. Empty: nobody.
+	DangerousRoles []api.Role `yaml:"dangerous_roles"`
 	// DebugAddr, when set, serves the Go profiler (/debug/pprof/) and the
 	// runtime's memory classes (/debug/memory) on this host:port. Off by
 	// default: profiles show the process's internals to whoever connects.
@@ -82,7 +97,8 @@ type Config struct {
 	// with either set, the runtime's own settings are left alone.
 	MemoryLimit ByteSize `yaml:"memory_limit"`
 
-	// Logger receives the controller's logs; nil logs nothing.
+	// Logger receives the controller's logs; nil logs nothing (as everywhere
+	// in GRID: internal/config.Logger).
 	Logger *slog.Logger `yaml:"-"`
 	// TracerProvider makes the controller's spans; nil means the global
 	// provider (a no-op unless the process set one up).
@@ -95,7 +111,6 @@ func DefaultConfig() Config {
 		APIAddr:              "127.0.0.1:8765",
 		NATSAddr:             "127.0.0.1:4222",
 		DataDir:              "grid-data",
-		Replicas:             1,
 		MaxConcurrent:        256,
 		MaxPending:           10000,
 		MaxDeliveries:        5,
@@ -108,13 +123,16 @@ func DefaultConfig() Config {
 		HeartbeatInterval:    config.Duration(5 * time.Second),
 		ControllerStaleAfter: config.Duration(15 * time.Second),
 		MaxBodyBytes:         api.MaxJobFileBytes,
+		DangerousRoles:       []api.Role{api.RoleAdmin},
 		MemoryLimit:          DefaultMemoryLimit,
 	}
 }
 
-// LoadConfig reads a YAML config file over the values already in into.
+// LoadConfig reads the YAML file at path into into, overriding only the keys
+// the file sets (start from DefaultConfig). Unknown keys are errors. The
+// result is not validated.
 func LoadConfig(path string, into *Config) error {
-	return config.LoadYAML(path, into)
+	return config.Load(path, "config", into)
 }
 
 // Validate checks the config and says what to fix.
@@ -132,8 +150,10 @@ func (c Config) Validate() error {
 	if c.DataDir == "" {
 		errs = append(errs, errors.New("data_dir is required"))
 	}
-	if c.Replicas < 1 || c.Replicas > 5 {
-		errs = append(errs, fmt.Errorf("replicas must be between 1 and 5, got %d", c.Replicas))
+	if c.Replicas < 0 || c.Replicas > 5 {
+		errs = append(errs, fmt.Errorf("replicas must be between 1 and 5, or 0 to choose from the cluster's size, got %d", c.Replicas))
+	} else if c.Replicas > 1 && c.ClusterName == "" && len(c.NATSURLs) == 0 {
+		errs = append(errs, fmt.Errorf("replicas %d needs a cluster: set cluster_name and routes, or leave replicas unset (one server keeps one copy)", c.Replicas))
 	}
 	if c.ClusterName != "" && len(c.NATSURLs) > 0 {
 		errs = append(errs, errors.New("cluster_name joins the embedded server to a cluster; with nats_urls nothing is embedded, so set one or the other"))
@@ -165,18 +185,22 @@ func (c Config) Validate() error {
 	if c.MemoryLimit < 0 || (c.MemoryLimit > 0 && c.MemoryLimit < minMemoryLimit) {
 		errs = append(errs, fmt.Errorf("memory_limit must be 0 (none) or at least %s, got %s", ByteSize(minMemoryLimit), c.MemoryLimit))
 	}
+	if _, err := parseAllow(c.Allow); err != nil {
+		errs = append(errs, fmt.Errorf("allow: %w", err))
+	}
+	for i, r := range c.DangerousRoles {
+		if !r.Valid() {
+			_, err := api.ParseRole(string(r))
+			errs = append(errs, fmt.Errorf("dangerous_roles[%d]: %w", i, err))
+		}
+	}
 	if c.MaxBodyBytes < 1024 {
 		errs = append(errs, fmt.Errorf("max_body_bytes must be at least 1024, got %d", c.MaxBodyBytes))
 	}
 	return errors.Join(errs...)
 }
 
-func (c Config) logger() *slog.Logger {
-	if c.Logger != nil {
-		return c.Logger
-	}
-	return slog.New(slog.DiscardHandler)
-}
+func (c Config) logger() *slog.Logger { return config.Logger(c.Logger) }
 
 // controllerID returns the configured name, or one kept in the data dir so
 // that a restarted controller is the same controller.
@@ -202,4 +226,38 @@ func (c Config) controllerID() (string, error) {
 		return "", fmt.Errorf("write controller id: %w", err)
 	}
 	return id, nil
+}
+
+// replicas returns the replica count for streams and buckets and whether it
+// was chosen rather than configured (see Replicas).
+func (c Config) replicas() (n int, chosen bool) {
+	if c.Replicas > 0 {
+		return c.Replicas, false
+	}
+	if c.ClusterName == "" || len(c.NATSURLs) > 0 {
+		return 1, true
+	}
+	return min(3, c.clusterServers()), true
+}
+
+// clusterServers counts the servers the config names: this one and each
+// distinct route that is not its own cluster address (a shared routes list
+// often names every server, itself included).
+func (c Config) clusterServers() int {
+	own := ""
+	if h, p, err := net.SplitHostPort(c.ClusterAddr); err == nil {
+		own = net.JoinHostPort(h, p)
+	}
+	seen := map[string]bool{}
+	for _, r := range c.Routes {
+		hp := r
+		if u, err := url.Parse(r); err == nil && u.Host != "" {
+			hp = u.Host
+		}
+		if hp == own {
+			continue
+		}
+		seen[hp] = true
+	}
+	return len(seen) + 1
 }

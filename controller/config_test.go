@@ -157,3 +157,87 @@ func TestEffectiveMemoryLimit(t *testing.T) {
 		}
 	}
 }
+
+// Replicas unset (0) chooses from the cluster's size; an explicit count is
+// kept, 1 in a cluster included.
+func TestReplicasChosenFromCluster(t *testing.T) {
+	two := []string{"nats://10.0.0.2:6222", "nats://10.0.0.3:6222"}
+	for _, tc := range []struct {
+		name       string
+		cfg        func(*Config)
+		want       int
+		wantChosen bool
+	}{
+		{"single server", func(c *Config) {}, 1, true},
+		{"cluster of three", func(c *Config) { c.ClusterName, c.Routes = "grid", two }, 3, true},
+		{"routes name every server, itself too", func(c *Config) {
+			c.ClusterName, c.ClusterAddr = "grid", "10.0.0.1:6222"
+			c.Routes = append([]string{"nats://10.0.0.1:6222"}, two...)
+		}, 3, true},
+		{"same route twice", func(c *Config) { c.ClusterName, c.Routes = "grid", []string{two[0], two[0]} }, 2, true},
+		{"cluster of two", func(c *Config) { c.ClusterName, c.Routes = "grid", two[:1] }, 2, true},
+		{"cluster of five", func(c *Config) {
+			c.ClusterName, c.Routes = "grid", append([]string{"nats://10.0.0.4:6222", "nats://10.0.0.5:6222"}, two...)
+		}, 3, true},
+		{"cluster name without routes", func(c *Config) { c.ClusterName = "grid" }, 1, true},
+		{"external NATS", func(c *Config) { c.NATSURLs = []string{"nats://n1:4222"} }, 1, true},
+		{"explicit 1 in a cluster", func(c *Config) { c.ClusterName, c.Routes, c.Replicas = "grid", two, 1 }, 1, false},
+		{"explicit 5", func(c *Config) { c.ClusterName, c.Routes, c.Replicas = "grid", two, 5 }, 5, false},
+		{"explicit 3 on external NATS", func(c *Config) { c.NATSURLs, c.Replicas = []string{"nats://n1:4222"}, 3 }, 3, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			tc.cfg(&cfg)
+			if err := cfg.Validate(); err != nil {
+				t.Fatalf("valid config refused: %v", err)
+			}
+			if n, chosen := cfg.replicas(); n != tc.want || chosen != tc.wantChosen {
+				t.Errorf("replicas() = %d, chosen %v; want %d, chosen %v", n, chosen, tc.want, tc.wantChosen)
+			}
+		})
+	}
+}
+
+func TestValidateReplicas(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  func(*Config)
+	}{
+		{"negative", func(c *Config) { c.Replicas = -1 }},
+		{"six", func(c *Config) { c.ClusterName, c.Replicas = "grid", 6 }},
+		{"three on a single server", func(c *Config) { c.Replicas = 3 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			tc.cfg(&cfg)
+			if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "replicas") {
+				t.Errorf("Validate() = %v, want an error naming replicas", err)
+			}
+		})
+	}
+}
+
+// An absent replicas key leaves the count to be chosen; an explicit one is
+// kept.
+func TestConfigFileReplicas(t *testing.T) {
+	for _, tc := range []struct {
+		yaml string
+		want int
+	}{
+		{"cluster_name: grid\n", 0},
+		{"cluster_name: grid\nreplicas: 1\n", 1},
+		{"cluster_name: grid\nreplicas: 3\n", 3},
+	} {
+		path := filepath.Join(t.TempDir(), "controller.yaml")
+		if err := os.WriteFile(path, []byte(tc.yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cfg := DefaultConfig()
+		if err := LoadConfig(path, &cfg); err != nil {
+			t.Fatal(err)
+		}
+		if cfg.Replicas != tc.want {
+			t.Errorf("%q: replicas %d, want %d", tc.yaml, cfg.Replicas, tc.want)
+		}
+	}
+}

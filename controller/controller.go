@@ -22,6 +22,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
+	"github.com/gridfleet/terraform-provider-grid/backends"
 	"github.com/gridfleet/terraform-provider-grid/internal/bus"
 	"github.com/gridfleet/terraform-provider-grid/internal/telemetry"
 )
@@ -37,6 +38,12 @@ type Controller struct {
 	js   jetstream.JetStream
 	reg  *registry
 	jobs *jobStore
+	// tokens are the API tokens; adminToken is the one in the data dir.
+	tokens     *tokenStore
+	adminToken string
+	// allow is the controller's allow list of submittable actions; nil
+	// allows every action online nodes offer.
+	allow *backends.Allowlist
 
 	httpSrv  *http.Server
 	debugSrv *http.Server
@@ -58,9 +65,19 @@ type Controller struct {
 	started time.Time
 	ready   bool
 	done    chan struct{}
-	// stopping is closed when shutdown begins; writes that would otherwise
-	// retry until they land give up then (a restart or a peer resumes).
+	// stopping is closed (under mu) when shutdown begins; writes that would
+	// otherwise retry until they land give up then (a restart or a peer
+	// resumes), and no run starts after it.
 	stopping chan struct{}
+	// runWG counts the goroutines of started runs; intake counts the loops
+	// that start runs (scheduler, recovery); loops counts the others
+	// (heartbeat). Shutdown stops and waits for them in that order.
+	runWG  sync.WaitGroup
+	intake sync.WaitGroup
+	loops  sync.WaitGroup
+
+	// replicas is the count streams and buckets are created and raised to.
+	replicas int
 
 	metrics  *metrics
 	pending  pendingEstimate
@@ -78,6 +95,8 @@ func New(cfg Config) (*Controller, error) {
 		tracer: telemetry.Tracer(cfg.TracerProvider)}
 	c.metrics = newMetrics(c)
 	c.livePeers.Store(-1)
+	// Validate has checked the entries.
+	c.allow, _ = parseAllow(cfg.Allow)
 	return c, nil
 }
 
@@ -159,7 +178,9 @@ func (c *Controller) Start(ctx context.Context) error {
 	setupCtx, cancelSetup := context.WithTimeout(ctx, bus.ClusterFormTimeout+30*time.Second)
 	defer cancelSetup()
 	topo := bus.DefaultTopology()
-	topo.Replicas = c.cfg.Replicas
+	topo.Replicas, topo.NeverLower = c.cfg.replicas()
+	c.replicas = topo.Replicas
+	c.logReplicas(topo.Replicas, topo.NeverLower)
 	if err := bus.EnsureTopologyRetry(setupCtx, c.js, topo, bus.ClusterFormTimeout, c.log); err != nil {
 		return fail(fmt.Errorf("set up streams and buckets: %w", err))
 	}
@@ -182,6 +203,19 @@ func (c *Controller) Start(ctx context.Context) error {
 	if err := c.reg.watch(runCtx, c.nc, nodesKV); err != nil {
 		stopRuns()
 		return fail(fmt.Errorf("watch nodes: %w", err))
+	}
+	tokensKV, err := c.js.KeyValue(setupCtx, api.BucketTokens)
+	if err != nil {
+		stopRuns()
+		return fail(err)
+	}
+	if c.tokens, err = openTokens(runCtx, tokensKV, c.log); err != nil {
+		stopRuns()
+		return fail(err)
+	}
+	if c.adminToken, err = c.ensureAdminToken(setupCtx); err != nil {
+		stopRuns()
+		return fail(err)
 	}
 	if err := c.consumeResults(runCtx); err != nil {
 		stopRuns()
@@ -214,23 +248,22 @@ func (c *Controller) Start(ctx context.Context) error {
 		}
 	}
 	c.httpSrv = &http.Server{Handler: c.traceHTTP(c.routes()), ReadHeaderTimeout: 10 * time.Second}
-	go func() {
+	c.loops.Go(func() {
 		if err := c.httpSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			c.log.Error("API server", "err", err)
 		}
-	}()
+	})
 
 	if _, err := c.deadControllers(setupCtx); err != nil {
 		c.log.Warn("list controllers", "err", err)
 	}
 	c.resumeOwned(runCtx)
-	schedDone := make(chan struct{})
-	go func() {
-		defer close(schedDone)
-		c.schedule(runCtx)
-	}()
-	go c.heartbeat(runCtx)
-	go c.recoverLoop(runCtx)
+	// Intake (taking submitted jobs, adopting orphans) stops first at
+	// shutdown, before the runs are stopped, then the rest.
+	intakeCtx, stopIntake := context.WithCancel(runCtx)
+	c.intake.Go(func() { c.schedule(intakeCtx) })
+	c.intake.Go(func() { c.recoverLoop(intakeCtx) })
+	c.loops.Go(func() { c.heartbeat(runCtx) })
 	c.mu.Lock()
 	c.ready = true
 	c.mu.Unlock()
@@ -238,20 +271,21 @@ func (c *Controller) Start(ctx context.Context) error {
 
 	go func() {
 		<-ctx.Done()
-		c.shutdown(stopRuns, schedDone, []*nats.Subscription{cancelSub, progressSub}, stopNATS)
+		c.shutdown(stopIntake, stopRuns, []*nats.Subscription{cancelSub, progressSub}, stopNATS)
 	}()
 	return nil
 }
 
-func (c *Controller) shutdown(stopRuns context.CancelFunc, schedDone chan struct{}, subs []*nats.Subscription, stopNATS context.CancelFunc) {
+// shutdown stops the controller in order: no new runs and no API first,
+// then the loops that take work, then the runs (which stay running in KV for
+// a restart or a peer), then the heartbeat and the watches, and last the
+// connection and the server.
+func (c *Controller) shutdown(stopIntake, stopRuns context.CancelFunc, subs []*nats.Subscription, stopNATS context.CancelFunc) {
 	defer close(c.done)
-	close(c.stopping)
 	c.mu.Lock()
+	// Under mu, so that no run is added after this (addRun checks it).
+	close(c.stopping)
 	c.ready = false
-	runs := make([]*run, 0, len(c.runs))
-	for _, r := range c.runs {
-		runs = append(runs, r)
-	}
 	c.mu.Unlock()
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -262,14 +296,23 @@ func (c *Controller) shutdown(stopRuns context.CancelFunc, schedDone chan struct
 	for _, s := range subs {
 		_ = s.Unsubscribe()
 	}
+	stopIntake()
+	c.intake.Wait()
+	c.mu.Lock()
+	runs := make([]*run, 0, len(c.runs))
+	for _, r := range c.runs {
+		runs = append(runs, r)
+	}
+	c.mu.Unlock()
 	for _, r := range runs {
 		r.cancel(errShutdown)
 	}
-	for _, r := range runs {
-		<-r.done
-	}
+	c.runWG.Wait()
 	stopRuns()
-	<-schedDone
+	// The heartbeat has returned, so nothing writes "online" after the
+	// "offline" below.
+	c.loops.Wait()
+	c.reg.loops.Wait()
 	// Without a server (it went away under us) the write would only wait
 	// out its timeout.
 	if c.nc.IsConnected() {
@@ -355,10 +398,10 @@ func (c *Controller) consumeResults(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("consume results: %w", err)
 	}
-	go func() {
+	c.loops.Go(func() {
 		<-ctx.Done()
 		cc.Stop()
-	}()
+	})
 	return nil
 }
 
@@ -449,15 +492,23 @@ func (c *Controller) onStart(id string) (<-chan struct{}, func()) {
 	}
 }
 
-// addRun registers a run and wakes the long polls waiting for it.
-func (c *Controller) addRun(r *run) {
+// addRun registers a run, counted in runWG, and wakes the long polls
+// waiting for it. It refuses once shutdown has begun.
+func (c *Controller) addRun(r *run) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	select {
+	case <-c.stopping:
+		return false
+	default:
+	}
+	c.runWG.Add(1)
 	c.runs[r.job.ID] = r
 	if sw := c.starts[r.job.ID]; sw != nil {
 		close(sw.ch)
 		delete(c.starts, r.job.ID)
 	}
+	return true
 }
 
 // localRun returns the run of a job this controller is executing.

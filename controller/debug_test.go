@@ -15,9 +15,17 @@ import (
 // profiler and the runtime's memory classes on its own address, not the
 // API's.
 func TestDebugServer(t *testing.T) {
+	var tok string // the API's admin token; the debug server takes none
 	get := func(url string) (int, string) {
 		t.Helper()
-		resp, err := http.Get(url)
+		req, err := http.NewRequest(http.MethodGet, url, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tok != "" {
+			req.Header.Set("Authorization", "Bearer "+tok)
+		}
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -26,6 +34,7 @@ func TestDebugServer(t *testing.T) {
 		return resp.StatusCode, string(b)
 	}
 	ctl, _, stop := startController(t, t.TempDir(), freeAddr(t))
+	tok = ctl.AdminToken()
 	if ctl.DebugURL() != "" {
 		t.Errorf("debug server on by default at %s", ctl.DebugURL())
 	}
@@ -34,6 +43,7 @@ func TestDebugServer(t *testing.T) {
 	}
 	stop()
 	<-ctl.Done()
+	tok = ""
 
 	cfg := controller.DefaultConfig()
 	cfg.DataDir, cfg.NATSAddr, cfg.APIAddr, cfg.DebugAddr = t.TempDir(), freeAddr(t), "127.0.0.1:0", "127.0.0.1:0"

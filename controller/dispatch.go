@@ -14,6 +14,7 @@ import (
 
 	"github.com/gridfleet/terraform-provider-grid/api"
 	"github.com/gridfleet/terraform-provider-grid/internal/bus"
+	"github.com/gridfleet/terraform-provider-grid/internal/retry"
 )
 
 // maxExclude bounds the exclude list a broadcast carries; beyond it the
@@ -32,12 +33,12 @@ func (c *Controller) taskTimeout(t api.Task) time.Duration {
 // backoff is the delay before retry number attempt+1: the configured base,
 // doubled per attempt, capped.
 func (c *Controller) backoff(attempt int) time.Duration {
-	d := c.cfg.RetryBackoff.D()
-	for i := 1; i < attempt && d < c.cfg.RetryBackoffMax.D(); i++ {
-		d *= 2
-	}
-	return min(d, c.cfg.RetryBackoffMax.D())
+	p := retry.Policy{Initial: c.cfg.RetryBackoff.D(), Multiplier: 2, Max: c.cfg.RetryBackoffMax.D()}
+	return min(p.Delay(attempt), c.cfg.RetryBackoffMax.D())
 }
+
+// publishCommandPolicy paces the tries of one command's publish.
+var publishCommandPolicy = retry.Policy{Initial: 100 * time.Millisecond, Step: 100 * time.Millisecond, Tries: 3}
 
 func (r *run) command(s api.FlatStep, attempt int) api.Command {
 	return api.Command{
@@ -130,17 +131,14 @@ func (c *Controller) publishCommand(ctx context.Context, subject string, cmd *ap
 	// attempt within its duplicate window.
 	msg.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("%s/%d/%d/%s", cmd.JobID, cmd.TaskIndex, cmd.Attempt, subject))
 	bus.InjectTrace(ctx, msg)
-	for try := range 3 {
+	err = retry.Do(ctx, publishCommandPolicy, func(int) error {
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_, err = c.js.PublishMsg(pctx, msg)
-		cancel()
-		if err == nil {
-			return
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		time.Sleep(time.Duration(try+1) * 100 * time.Millisecond)
+		defer cancel()
+		_, err := c.js.PublishMsg(pctx, msg)
+		return err
+	})
+	if err == nil || ctx.Err() != nil {
+		return
 	}
 	span.SetStatus(codes.Error, err.Error())
 	c.log.Error("publish command", "subject", subject, "job", cmd.JobID, "step", cmd.TaskIndex, "err", err)

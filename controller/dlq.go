@@ -100,14 +100,8 @@ func (c *Controller) deadLetter(ctx context.Context, m jetstream.Msg, id, reason
 	c.log.Error("job request moved to the dead-letter stream", "job", id, "reason", reason, "deliveries", delivered)
 }
 
-// dlqRoutes registers the dead-letter API. Roles: GET /dlq read;
-// POST /dlq/{id}/replay and DELETE /dlq/{id} operator.
-func (c *Controller) dlqRoutes(mux *http.ServeMux) {
-	mux.HandleFunc("GET /dlq", c.handleDLQList)
-	mux.HandleFunc("POST /dlq/{id}/replay", c.handleDLQReplay)
-	mux.HandleFunc("DELETE /dlq/{id}", c.handleDLQDrop)
-}
-
+// handleDLQList serves GET /dlq (role read; replay and drop need
+// operator).
 func (c *Controller) handleDLQList(w http.ResponseWriter, r *http.Request) {
 	out, err := c.deadLetters(r.Context())
 	if err != nil {

@@ -37,20 +37,26 @@ func newJobEncoder() *jobEncoder {
 // jobHead and jobTail are api.Job's fields before and after Results, in
 // order and with the same tags (a test holds them to it).
 type jobHead struct {
-	ID        string        `json:"id"`
-	Target    api.Target    `json:"target"`
-	Tasks     []api.Phase   `json:"tasks"`
-	Strategy  api.Strategy  `json:"strategy,omitempty"`
-	Timeout   string        `json:"timeout,omitempty"`
-	CheckMode bool          `json:"check_mode,omitempty"`
-	Status    api.JobStatus `json:"status"`
-	Step      int           `json:"step"`
-	Expected  []string      `json:"expected"`
+	ID        string       `json:"id"`
+	Target    api.Target   `json:"target"`
+	Tasks     []api.Phase  `json:"tasks"`
+	Strategy  api.Strategy `json:"strategy,omitempty"`
+	Timeout   string       `json:"timeout,omitempty"`
+	CheckMode bool         `json:"check_mode,omitempty"`
+	// MaxConcurrency and MaxErrors: see api.Job.
+	MaxConcurrency *api.Limit      `json:"max_concurrency,omitempty"`
+	MaxErrors      *api.Limit      `json:"max_errors,omitempty"`
+	Status         api.JobStatus   `json:"status"`
+	Step           int             `json:"step"`
+	Expected       []string        `json:"expected"`
+	Unreachable    []string        `json:"unreachable,omitempty"`
+	Summary        *api.JobSummary `json:"summary,omitempty"`
 }
 
 type jobTail struct {
 	Error       string     `json:"error,omitempty"`
 	Owner       string     `json:"owner,omitempty"`
+	SubmittedBy string     `json:"submitted_by,omitempty"`
 	TraceID     string     `json:"trace_id,omitempty"`
 	TraceParent string     `json:"trace_parent,omitempty"`
 	CreatedAt   time.Time  `json:"created_at"`
@@ -66,11 +72,12 @@ type jobTail struct {
 // encode returns the job's JSON.
 func (e *jobEncoder) encode(j *api.Job) ([]byte, error) {
 	head, err := json.Marshal(jobHead{ID: j.ID, Target: j.Target, Tasks: j.Tasks, Strategy: j.Strategy, Timeout: j.Timeout,
-		CheckMode: j.CheckMode, Status: j.Status, Step: j.Step, Expected: j.Expected})
+		CheckMode: j.CheckMode, MaxConcurrency: j.MaxConcurrency, MaxErrors: j.MaxErrors, Status: j.Status, Step: j.Step,
+		Expected: j.Expected, Unreachable: j.Unreachable, Summary: j.Summary})
 	if err != nil {
 		return nil, err
 	}
-	tail, err := json.Marshal(jobTail{Error: j.Error, Owner: j.Owner, TraceID: j.TraceID, TraceParent: j.TraceParent,
+	tail, err := json.Marshal(jobTail{Error: j.Error, Owner: j.Owner, SubmittedBy: j.SubmittedBy, TraceID: j.TraceID, TraceParent: j.TraceParent,
 		CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt, StartedAt: j.StartedAt, FinishedAt: j.FinishedAt,
 		Nodes: j.Nodes, RetryOf: j.RetryOf, Priority: j.Priority, NotBefore: j.NotBefore})
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/gridfleet/terraform-provider-grid/controller"
 	"github.com/gridfleet/terraform-provider-grid/internal/fleet"
 	"github.com/gridfleet/terraform-provider-grid/internal/fleet/fleettest"
+	"github.com/gridfleet/terraform-provider-grid/internal/testwait"
 )
 
 func submit(t *testing.T, f *fleet.Fleet, yaml string) *api.Job {
@@ -44,13 +45,7 @@ func wait(t *testing.T, f *fleet.Fleet, id string) *api.Job {
 // waitFor polls until cond holds or the deadline passes.
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testwait.Until(t, d, 20*time.Millisecond, what, cond)
 }
 
 func nodeStatus(j *api.Job, step int, node string) string {
@@ -344,7 +339,7 @@ func TestRejectsBadJobs(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			resp, err := http.Post(f.APIURL()+"/job", "application/json", bytes.NewBufferString(tc.body))
+			resp, err := postJob(f, tc.body)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -477,8 +472,8 @@ tasks:
 	}
 	j = wait(t, f, j.ID)
 	r := j.Results.Node(0, "node-2")
-	if r.Status != api.StepFailed || !strings.Contains(r.Error, "unreachable") {
-		t.Fatalf("lost node result %+v, want unreachable failure", r)
+	if r.Status != api.StepUnreachable || !strings.Contains(r.Error, "went offline") {
+		t.Fatalf("lost node result %+v, want unreachable", r)
 	}
 	if j.Status != api.JobPartialFailure {
 		t.Fatalf("status %s, want partial_failure", j.Status)
@@ -535,4 +530,15 @@ func TestStatusAndBackends(t *testing.T) {
 		n, err := f.Client().GetNode(ctx, "node-2")
 		return err == nil && n.Status == api.NodeOffline
 	})
+}
+
+// postJob sends a raw POST /job with the fleet's admin token.
+func postJob(f *fleet.Fleet, body string) (*http.Response, error) {
+	req, err := http.NewRequest(http.MethodPost, f.APIURL()+"/job", bytes.NewBufferString(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+f.AdminToken())
+	return http.DefaultClient.Do(req)
 }

@@ -7,33 +7,64 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
+	"github.com/gridfleet/terraform-provider-grid/controller/ui"
 )
+
+// apiRoutes is the API: every route with the weakest role that may call it
+// (see api.Role). A new route is one line here, with its role.
+func (c *Controller) apiRoutes() []route {
+	h := func(f http.HandlerFunc) http.Handler { return f }
+	return []route{
+		{"POST /job", api.RoleOperator, h(c.handleSubmit)},
+		{"GET /job/{id}", api.RoleRead, h(c.handleGetJob)},
+		{"POST /job/{id}/cancel", api.RoleOperator, h(c.handleCancel)},
+		{"GET /jobs", api.RoleRead, h(c.handleListJobs)},
+		{"GET /nodes", api.RoleRead, h(c.handleListNodes)},
+		{"GET /node/{id}", api.RoleRead, h(c.handleGetNode)},
+		{"GET /status", api.RoleRead, h(c.handleStatus)},
+		{"GET /controllers", api.RoleRead, h(c.handleControllers)},
+		{"GET /backends", api.RoleRead, h(c.handleBackends)},
+		{"POST /token", api.RoleAdmin, h(c.handleCreateToken)},
+		{"GET /tokens", api.RoleAdmin, h(c.handleListTokens)},
+		{"DELETE /token/{name}", api.RoleAdmin, h(c.handleRevokeToken)},
+		// The dashboard: its files hold no data and load without a token
+		// (the sign-in page is one of them); its data routes need read.
+		{"GET /ui/", public, ui.Handler("/ui/")},
+		{"GET /{$}", public, http.RedirectHandler("/ui/", http.StatusFound)},
+		{"GET /fleet", api.RoleRead, h(c.handleFleet)},
+		{"GET /jobs/page", api.RoleRead, h(c.handleJobPage)},
+		{"GET /job/{id}/events", api.RoleRead, h(c.handleJobEvents)},
+		// Any token may scrape; a metrics-role token may do nothing else.
+		{"GET /metrics", api.RoleMetrics, c.metrics.handler()},
+		{"GET /healthz", public, h(c.handleHealthz)},
+		{"GET /readyz", public, h(c.handleReadyz)},
+		// Jobs over time (retry.go, dlq.go).
+		{"POST /job/{id}/retry", api.RoleOperator, h(c.handleRetry)},
+		{"DELETE /job/{id}", api.RoleOperator, h(c.handleDeleteJob)},
+		{"GET /dlq", api.RoleRead, h(c.handleDLQList)},
+		{"POST /dlq/{id}/replay", api.RoleOperator, h(c.handleDLQReplay)},
+		{"DELETE /dlq/{id}", api.RoleOperator, h(c.handleDLQDrop)},
+		// Anything else is 404, to callers with a token.
+		{"/", api.RoleMetrics, h(func(w http.ResponseWriter, r *http.Request) {
+			writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path))
+		})},
+	}
+}
 
 func (c *Controller) routes() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /job", c.handleSubmit)
-	mux.HandleFunc("GET /job/{id}", c.handleGetJob)
-	mux.HandleFunc("POST /job/{id}/cancel", c.handleCancel)
-	mux.HandleFunc("GET /jobs", c.handleListJobs)
-	c.jobsOverTimeRoutes(mux)
-	mux.HandleFunc("GET /nodes", c.handleListNodes)
-	mux.HandleFunc("GET /node/{id}", c.handleGetNode)
-	mux.HandleFunc("GET /status", c.handleStatus)
-	mux.HandleFunc("GET /controllers", c.handleControllers)
-	mux.HandleFunc("GET /backends", c.handleBackends)
-	mux.HandleFunc("GET /healthz", c.handleHealthz)
-	mux.HandleFunc("GET /readyz", c.handleReadyz)
-	mux.Handle("GET /metrics", c.metrics.handler())
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path))
-	})
+	for _, rt := range c.apiRoutes() {
+		mux.Handle(rt.pattern, c.authorize(rt))
+	}
 	return mux
 }
 
@@ -66,7 +97,20 @@ func (c *Controller) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	job := spec.Job()
-	if err := c.catalog().ValidateJob(job); err != nil {
+	cat := c.catalog()
+	if err := cat.ValidateJob(job); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	by := principalFrom(r.Context())
+	if err := c.checkPolicy(cat, job, by); err != nil {
+		writeError(w, http.StatusForbidden, err.Error())
+		return
+	}
+	// The answer shows the nodes the target resolves to now (the seed's
+	// API did); the job resolves it again when it starts.
+	online, offline := c.reg.preview(job.Target)
+	if err := validateOnNodes(job, c.reg.catalogsOf(online)); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
@@ -81,11 +125,96 @@ func (c *Controller) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusTooManyRequests, fmt.Sprintf("job queue is full (%d pending, max_pending %d); retry later", pending, c.cfg.MaxPending))
 		return
 	}
-	if err := c.enqueue(r.Context(), job); err != nil {
+	now := time.Now().UTC()
+	job.ID = newJobID()
+	job.Status = api.JobPending
+	if job.NotBefore != nil && job.NotBefore.After(now) {
+		// Queued now like any job; a claim before not_before puts the
+		// request back until then (see claim), so the wait is kept by the
+		// replicated consumer and outlives any controller.
+		job.Status = api.JobWaiting
+	}
+	job.SubmittedBy = by.Name
+	job.Expected, job.Unreachable = online, offline
+	if job.Expected == nil {
+		job.Expected = []string{}
+	}
+	job.CreatedAt, job.UpdatedAt = now, now
+	if job.Strategy == "" {
+		job.Strategy = api.StrategyFailFast
+	}
+	stampTrace(r.Context(), job)
+	rev, stored, err := c.jobs.create(r.Context(), job)
+	if err != nil {
+		// The write may have landed without its answer (a server failing
+		// over); such a job has no request and would stay pending, so
+		// mark it failed if it exists.
+		mctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, _, _ = c.jobs.mutate(mctx, job.ID, func(j *api.Job) bool {
+			if j.Status != api.JobPending && j.Status != api.JobWaiting {
+				return false
+			}
+			j.Status, j.Error = api.JobFailed, "could not store the job: "+err.Error()
+			return true
+		})
 		writeError(w, http.StatusServiceUnavailable, err.Error())
 		return
 	}
+	// The message id makes a retried publish harmless (the stream drops a
+	// duplicate), so it can ride out a stream leader election in a cluster.
+	req := requestMsg(job.ID, rev, stored)
+	req.Subject = api.PriorityRequestSubject(job.Priority, job.ID)
+	if _, err := c.js.PublishMsg(r.Context(), req,
+		jetstream.WithMsgID(job.ID), jetstream.WithRetryAttempts(20), jetstream.WithRetryWait(250*time.Millisecond)); err != nil {
+		// Without its request no scheduler would ever see the job.
+		_, _, _ = c.jobs.mutate(context.Background(), job.ID, func(j *api.Job) bool {
+			j.Status, j.Error = api.JobFailed, "could not queue the job: "+err.Error()
+			return true
+		})
+		writeError(w, http.StatusServiceUnavailable, "queue job: "+err.Error())
+		return
+	}
+	c.metrics.jobsSubmitted.Inc()
+	jobLogger(c.log, job).Info("job submitted", "by", by.Name, "target", job.Target.String(), "steps", api.LeafCount(job.Tasks))
 	writeJSON(w, http.StatusAccepted, job)
+}
+
+// maxNamedNodes bounds how many nodes an error names.
+const maxNamedNodes = 10
+
+// validateOnNodes checks every step of the job against the schemas of the
+// nodes the target resolves to, not the union of all nodes: a node that
+// does not offer an action (or whose allowlist refuses it) cannot run it,
+// whatever other nodes offer. The error names the step and the nodes.
+func validateOnNodes(job *api.Job, cats []nodeCatalog) error {
+	for _, s := range api.Flatten(job.Tasks) {
+		var bad []string
+		var first error
+		for _, nc := range cats {
+			if err := nc.cat.ValidateTask(s.Path, s.Task, job.CheckMode); err != nil {
+				bad = append(bad, nc.nodes...)
+				if first == nil {
+					first = err
+				}
+			}
+		}
+		if len(bad) == 0 {
+			continue
+		}
+		slices.Sort(bad)
+		names := strings.Join(bad[:min(len(bad), maxNamedNodes)], ", ")
+		if len(bad) > maxNamedNodes {
+			names += fmt.Sprintf(" and %d more", len(bad)-maxNamedNodes)
+		}
+		msg := first.Error()
+		var ve *api.ValidationError
+		if errors.As(first, &ve) {
+			msg = ve.Msg
+		}
+		return &api.ValidationError{Field: s.Path, Msg: fmt.Sprintf("%d targeted node(s) cannot run %s: %s (%s)", len(bad), s.Task.Name(), names, msg)}
+	}
+	return nil
 }
 
 // catalogCache keeps the merged schemas of online nodes for submissions:
@@ -150,13 +279,8 @@ func (c *Controller) handleGetJob(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	j, err := c.currentJob(r.Context(), id)
-	if errors.Is(err, api.ErrNotFound) {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("job %s not found", id))
-		return
-	}
-	if err != nil {
-		writeError(w, http.StatusServiceUnavailable, err.Error())
+	j, ok := c.jobOrError(w, r, id)
+	if !ok {
 		return
 	}
 	writeJSON(w, http.StatusOK, j)
@@ -267,15 +391,25 @@ func decodeJobHead(data []byte) jobHeadFields {
 	return h
 }
 
-func (c *Controller) handleCancel(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
+// jobOrError reads job id for a handler. When it cannot, it answers 404
+// (no such job) or 503 (the store did not answer) and returns false.
+func (c *Controller) jobOrError(w http.ResponseWriter, r *http.Request, id string) (*api.Job, bool) {
 	j, err := c.currentJob(r.Context(), id)
 	if errors.Is(err, api.ErrNotFound) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("job %s not found", id))
-		return
+		return nil, false
 	}
 	if err != nil {
 		writeError(w, http.StatusServiceUnavailable, err.Error())
+		return nil, false
+	}
+	return j, true
+}
+
+func (c *Controller) handleCancel(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	j, ok := c.jobOrError(w, r, id)
+	if !ok {
 		return
 	}
 	if j.Status.Terminal() {
@@ -284,7 +418,7 @@ func (c *Controller) handleCancel(w http.ResponseWriter, r *http.Request) {
 	}
 	// A pending (or waiting) job is cancelled in place; the scheduler
 	// skips it.
-	j, _, err = c.jobs.mutate(r.Context(), id, func(j *api.Job) bool {
+	j, _, err := c.jobs.mutate(r.Context(), id, func(j *api.Job) bool {
 		if j.Status != api.JobPending && j.Status != api.JobWaiting {
 			return false
 		}
@@ -313,7 +447,7 @@ func (c *Controller) handleCancel(w http.ResponseWriter, r *http.Request) {
 			j = cur
 		}
 	}
-	c.log.Info("job cancel requested", "job", id, "status", j.Status)
+	c.log.Info("job cancel requested", "job", id, "status", j.Status, "by", principalFrom(r.Context()).Name)
 	writeJSON(w, http.StatusAccepted, j)
 }
 
@@ -365,9 +499,12 @@ func (c *Controller) handleStatus(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	ctls, _ := c.controllers(r.Context())
+	hctx, cancel := context.WithTimeout(r.Context(), streamHealthTimeout)
+	defer cancel()
 	writeJSON(w, http.StatusOK, api.Status{
 		Nodes: c.reg.counts(), Controllers: len(ctls), Jobs: qs, Time: time.Now().UTC(),
-		Limits: map[string]int{"max_concurrent": c.cfg.MaxConcurrent, "max_pending": c.cfg.MaxPending},
+		Limits:   map[string]int{"max_concurrent": c.cfg.MaxConcurrent, "max_pending": c.cfg.MaxPending},
+		Replicas: c.replicas, Streams: c.streamHealth(hctx),
 	})
 }
 
@@ -457,23 +594,30 @@ func (c *Controller) handleReadyz(w http.ResponseWriter, r *http.Request) {
 }
 
 // readyzJetStream checks that JetStream answers and every stream and bucket
-// is present.
+// is present and has a leader, and shows each one's replicas. Replicas that
+// are behind or offline are shown ("degraded") without failing: the stream
+// still serves, and a controller taken out of rotation for them would only
+// move its load to the others.
 func (c *Controller) readyzJetStream(ctx context.Context, fail func(k, v string), checks map[string]string) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, streamHealthTimeout)
 	defer cancel()
 	if _, err := c.js.AccountInfo(ctx); err != nil {
 		fail("jetstream", err.Error())
 	} else {
 		checks["jetstream"] = "ok"
 	}
-	for _, s := range []string{api.StreamRequests, api.StreamCommands, api.StreamResults} {
-		if _, err := c.js.Stream(ctx, s); err != nil {
-			fail("stream "+s, err.Error())
+	for _, h := range c.streamHealth(ctx) {
+		key := "stream " + h.Name
+		if h.Bucket {
+			key = "bucket " + h.Name
 		}
-	}
-	for _, b := range []string{api.BucketJobs, api.BucketNodes, api.BucketControllers, api.BucketSchemas} {
-		if _, err := c.js.KeyValue(ctx, b); err != nil {
-			fail("bucket "+b, err.Error())
+		switch {
+		case h.Error != "":
+			fail(key, h.Error)
+		case !h.HasLeader:
+			fail(key, "no leader: "+healthLine(h))
+		default:
+			checks[key] = healthLine(h)
 		}
 	}
 }

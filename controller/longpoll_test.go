@@ -19,10 +19,20 @@ import (
 	"github.com/gridfleet/terraform-provider-grid/internal/fleet/fleettest"
 )
 
+// apiGet does a raw GET of the fleet's API with its admin token.
+func apiGet(f *fleet.Fleet, path string) (*http.Response, error) {
+	req, err := http.NewRequest(http.MethodGet, f.APIURL()+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+f.AdminToken())
+	return http.DefaultClient.Do(req)
+}
+
 // longPoll does GET /job/{id}?wait=… and returns the raw body.
-func longPoll(t *testing.T, base, id string, wait time.Duration) []byte {
+func longPoll(t *testing.T, f *fleet.Fleet, id string, wait time.Duration) []byte {
 	t.Helper()
-	resp, err := http.Get(base + "/job/" + id + "?wait=" + wait.String())
+	resp, err := apiGet(f, "/job/"+id+"?wait="+wait.String())
 	if err != nil {
 		t.Fatalf("long poll %s: %v", id, err)
 	}
@@ -82,7 +92,7 @@ tasks:
 	var wg sync.WaitGroup
 	bodies := make([][]byte, 2)
 	for i, id := range []string{slow.ID, queued.ID} {
-		wg.Go(func() { bodies[i] = longPoll(t, f.APIURL(), id, 20*time.Second) })
+		wg.Go(func() { bodies[i] = longPoll(t, f, id, 20*time.Second) })
 	}
 	wg.Wait()
 	for i, id := range []string{slow.ID, queued.ID} {
@@ -99,7 +109,7 @@ tasks:
 	}
 	// An unknown job is answered at once.
 	start := time.Now()
-	resp, err := http.Get(f.APIURL() + "/job/nosuchjob?wait=10s")
+	resp, err := apiGet(f, "/job/nosuchjob?wait=10s")
 	if err != nil {
 		t.Fatal(err)
 	}

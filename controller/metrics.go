@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"net/http"
 	"strings"
 	"time"
@@ -26,6 +27,9 @@ type metrics struct {
 	taskResults       *prometheus.CounterVec
 	retries           *prometheus.CounterVec
 	heartbeats        prometheus.Counter
+	apiRefused        *prometheus.CounterVec
+	// jobNodes counts the nodes of finished jobs by outcome.
+	jobNodes *prometheus.CounterVec
 }
 
 func newMetrics(c *Controller) *metrics {
@@ -64,7 +68,7 @@ func newMetrics(c *Controller) *metrics {
 		}),
 		taskResults: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "grid_task_results_total",
-			Help: "Final task results received from agents (success, failed) or declared by the controller (lost: timeout or node offline), by backend and action.",
+			Help: "Final task results received from agents (success, failed) or declared by the controller (lost: timeout; unreachable: the node went offline), by backend and action.",
 		}, []string{"backend", "action", "status"}),
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "grid_task_retries_total",
@@ -74,9 +78,17 @@ func newMetrics(c *Controller) *metrics {
 			Name: "grid_node_heartbeats_total",
 			Help: "Node registrations and heartbeats seen in the nodes bucket.",
 		}),
+		apiRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "grid_api_refused_total",
+			Help: "API calls refused for their token: Unauthorized (missing, unknown or revoked) or Forbidden (role too weak).",
+		}, []string{"reason"}),
+		jobNodes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "grid_job_nodes_total",
+			Help: "Nodes of the jobs this controller finished, by outcome (targeted, succeeded, failed, unreachable, not_started).",
+		}, []string{"outcome"}),
 	}
 	m.reg.MustRegister(m.jobsSubmitted, m.jobsFinished, m.admissionRejected, m.deadLettered, m.jobDuration,
-		m.stepDuration, m.firstResult, m.taskResults, m.retries, m.heartbeats,
+		m.stepDuration, m.firstResult, m.taskResults, m.retries, m.heartbeats, m.apiRefused, m.jobNodes,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "grid_jobs_running",
 			Help: "Jobs this controller is running.",
@@ -87,6 +99,7 @@ func newMetrics(c *Controller) *metrics {
 		}),
 		&nodeCollector{c: c},
 		&natsCollector{c: c},
+		&replicaCollector{c: c},
 	)
 	return m
 }
@@ -180,6 +193,43 @@ func (n *natsCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+// replicaCollector asks JetStream at scrape time for each stream's and
+// bucket's replication state, wherever its replicas live: the embedded
+// server's own view (natsCollector) lacks the streams it holds no replica
+// of, and those are the ones a lost server takes with it.
+type replicaCollector struct{ c *Controller }
+
+var (
+	streamReplicasDesc = prometheus.NewDesc("grid_jetstream_stream_replicas",
+		"Configured replicas of a JetStream stream (KV buckets are streams named KV_<bucket>); absent while the stream has no leader to say.", []string{"stream"}, nil)
+	streamCurrentDesc = prometheus.NewDesc("grid_jetstream_stream_current_replicas",
+		"Replicas of a stream that are online and up to date, the leader included; below grid_jetstream_stream_replicas, one more loss may cost data or availability.", []string{"stream"}, nil)
+	streamLeaderlessDesc = prometheus.NewDesc("grid_jetstream_stream_leaderless",
+		"1 when a stream has no leader (or does not answer): it takes no writes and serves no reads.", []string{"stream"}, nil)
+)
+
+func (r *replicaCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- streamReplicasDesc
+	ch <- streamCurrentDesc
+	ch <- streamLeaderlessDesc
+}
+
+func (r *replicaCollector) Collect(ch chan<- prometheus.Metric) {
+	nc := r.c.nc
+	if r.c.js == nil || nc == nil || !nc.IsConnected() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), streamHealthTimeout)
+	defer cancel()
+	for _, h := range r.c.streamHealth(ctx) {
+		if h.Replicas > 0 {
+			ch <- prometheus.MustNewConstMetric(streamReplicasDesc, prometheus.GaugeValue, float64(h.Replicas), h.Stream)
+		}
+		ch <- prometheus.MustNewConstMetric(streamCurrentDesc, prometheus.GaugeValue, float64(h.Current), h.Stream)
+		ch <- prometheus.MustNewConstMetric(streamLeaderlessDesc, prometheus.GaugeValue, boolFloat(!h.HasLeader), h.Stream)
+	}
+}
+
 func boolFloat(b bool) float64 {
 	if b {
 		return 1
@@ -197,4 +247,13 @@ func (m *metrics) observeJob(started, finished *time.Time, status api.JobStatus)
 		}
 		m.jobDuration.WithLabelValues(string(status)).Observe(end.Sub(*started).Seconds())
 	}
+}
+
+// observeNodes counts a finished job's nodes by outcome.
+func (m *metrics) observeNodes(s api.JobSummary) {
+	m.jobNodes.WithLabelValues("targeted").Add(float64(s.Targeted))
+	m.jobNodes.WithLabelValues("succeeded").Add(float64(s.Succeeded))
+	m.jobNodes.WithLabelValues("failed").Add(float64(s.Failed))
+	m.jobNodes.WithLabelValues(api.StepUnreachable).Add(float64(s.Unreachable))
+	m.jobNodes.WithLabelValues(api.StepNotStarted).Add(float64(s.NotStarted))
 }

@@ -26,11 +26,19 @@ import (
 	"github.com/gridfleet/terraform-provider-grid/internal/fleet/fleettest"
 )
 
-// scrape fetches url's /metrics, fails the test on any promlint problem and
-// returns the exposition.
-func scrape(t *testing.T, base string) string {
+// scrape fetches url's /metrics (sending tok when set: a controller's API
+// wants one, an agent's metrics listener does not), fails the test on any
+// promlint problem and returns the exposition.
+func scrape(t *testing.T, base, tok string) string {
 	t.Helper()
-	resp, err := http.Get(base + "/metrics")
+	req, err := http.NewRequest(http.MethodGet, base+"/metrics", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatalf("scrape %s: %v", base, err)
 	}
@@ -108,7 +116,7 @@ func TestMetricsAfterJobs(t *testing.T) {
 		t.Fatalf("job %s: %s", bad.ID, bad.Status)
 	}
 
-	text := scrape(t, f.APIURL())
+	text := scrape(t, f.APIURL(), f.AdminToken())
 	for _, name := range []string{"grid_jobs_submitted_total", "grid_jobs_running", "grid_jobs_pending", "grid_nodes",
 		"grid_nats_connections", "grid_jetstream_stream_messages", "grid_jetstream_consumer_pending_messages",
 		"go_goroutines", "process_cpu_seconds_total"} {
@@ -168,7 +176,7 @@ func TestMetricsAfterJobs(t *testing.T) {
 		if base == "" {
 			t.Fatalf("%s has no metrics URL", name)
 		}
-		scrape(t, base)
+		scrape(t, base, "")
 		ag := a.Registry()
 		if got := value(t, ag, "grid_agent_tasks_total", map[string]string{"backend": "ping", "action": "echo", "status": "success"}); got != 2 {
 			t.Errorf("%s echo successes = %v, want 2", name, got)

@@ -48,7 +48,7 @@ func startPeers(ctx context.Context, t *testing.T, ctlNames, agentNames []string
 		}
 		t.Cleanup(func() { stop(); <-c.Done() })
 		p.ctls[name] = c
-		p.clients[name], _ = api.NewClient(api.ClientConfig{Address: c.APIURL()})
+		p.clients[name], _ = api.NewClient(api.ClientConfig{Address: c.APIURL(), Token: c.AdminToken()})
 	}
 	for _, name := range agentNames {
 		acfg := agent.DefaultConfig()

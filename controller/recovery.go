@@ -103,6 +103,5 @@ func (c *Controller) adopt(ctx context.Context, id, from string) bool {
 		c.log.Warn("read stored results", "job", id, "err", err)
 	}
 	c.log.Info("took over job from a dead controller", "job", id, "from", from)
-	c.startRun(job, rev)
-	return true
+	return c.startRun(job, rev)
 }

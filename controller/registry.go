@@ -21,6 +21,10 @@ import (
 // registry is the controller's in-memory view of the nodes bucket, kept
 // current by a KV watch so target resolution never reads KV.
 type registry struct {
+	// loops counts the watch goroutine; the controller waits for it at
+	// shutdown.
+	loops sync.WaitGroup
+
 	log          *slog.Logger
 	offlineAfter time.Duration
 	schemasKV    jetstream.KeyValue
@@ -81,7 +85,7 @@ func (r *registry) watch(ctx context.Context, nc *nats.Conn, kv jetstream.KeyVal
 		return err
 	}
 	ready := make(chan struct{})
-	go func() {
+	r.loops.Go(func() {
 		defer func() { _ = w.Stop() }()
 		initial := true
 		for {
@@ -102,7 +106,7 @@ func (r *registry) watch(ctx context.Context, nc *nats.Conn, kv jetstream.KeyVal
 				r.apply(ctx, e)
 			}
 		}
-	}()
+	})
 	select {
 	case <-ready:
 		return nil
@@ -232,30 +236,91 @@ func (r *registry) get(id string) (api.NodeInfo, bool) {
 	return r.view(n, time.Now(), true), true
 }
 
-// resolve returns the online nodes a target selects, sorted. ScopeAny picks
-// one, round robin.
-func (r *registry) resolve(t api.Target) []string {
+// resolveAll returns the online nodes a target selects (ScopeAny picks one,
+// round robin) and, for a group or
+// node target, the nodes it matches that are offline, both sorted. Scopes
+// all and any mean online nodes only, so they match no offline node.
+func (r *registry) resolveAll(t api.Target) (online, offline []string) {
+	return r.match(t, true)
+}
+
+// preview resolves a target as resolveAll would now, without moving the
+// round robin of ScopeAny on: what a submission's answer shows.
+func (r *registry) preview(t api.Target) (online, offline []string) {
+	return r.match(t, false)
+}
+
+func (r *registry) match(t api.Target, pick bool) (online, offline []string) {
 	now := time.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var ids []string
 	if t.Scope == api.ScopeNode {
-		if n := r.nodes[t.Value]; n != nil && r.isOnline(n, now) {
-			ids = append(ids, n.ID)
+		if n := r.nodes[t.Value]; n != nil {
+			if r.isOnline(n, now) {
+				online = append(online, n.ID)
+			} else {
+				offline = append(offline, n.ID)
+			}
 		}
-		return ids
+		return online, offline
 	}
 	for _, n := range r.nodes {
-		if r.isOnline(n, now) && t.Matches(n.ID, n.Groups) {
-			ids = append(ids, n.ID)
+		if !t.Matches(n.ID, n.Groups) {
+			continue
+		}
+		if r.isOnline(n, now) {
+			online = append(online, n.ID)
+		} else if t.Scope == api.ScopeGroup {
+			offline = append(offline, n.ID)
 		}
 	}
-	sort.Strings(ids)
-	if t.Scope == api.ScopeAny && len(ids) > 0 {
-		r.rr++
-		return []string{ids[int(r.rr%uint64(len(ids)))]}
+	sort.Strings(online)
+	sort.Strings(offline)
+	if t.Scope == api.ScopeAny && len(online) > 0 {
+		next := r.rr + 1
+		if pick {
+			r.rr = next
+		}
+		return []string{online[int(next%uint64(len(online)))]}, nil
 	}
-	return ids
+	return online, offline
+}
+
+// nodeCatalog is the schemas that a set of nodes share.
+type nodeCatalog struct {
+	nodes []string
+	cat   *api.Catalog
+}
+
+// catalogsOf groups nodes by the schemas they offer (their digest). Nodes
+// whose schemas are unknown are left out: nothing can be judged of them.
+func (r *registry) catalogsOf(ids []string) []nodeCatalog {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	byDigest := map[string]*nodeCatalog{}
+	var out []*nodeCatalog
+	for _, id := range ids {
+		n := r.nodes[id]
+		if n == nil {
+			continue
+		}
+		set, ok := r.schemas[n.SchemaDigest]
+		if !ok {
+			continue
+		}
+		nc := byDigest[n.SchemaDigest]
+		if nc == nil {
+			nc = &nodeCatalog{cat: &api.Catalog{Backends: set}}
+			byDigest[n.SchemaDigest] = nc
+			out = append(out, nc)
+		}
+		nc.nodes = append(nc.nodes, id)
+	}
+	res := make([]nodeCatalog, len(out))
+	for i, nc := range out {
+		res[i] = *nc
+	}
+	return res
 }
 
 // catalog merges the schemas of online nodes.

@@ -37,7 +37,7 @@ func startController(t *testing.T, dataDir, natsAddr string) (*controller.Contro
 		cancel()
 		t.Fatal(err)
 	}
-	cl, err := api.NewClient(api.ClientConfig{Address: c.APIURL()})
+	cl, err := api.NewClient(api.ClientConfig{Address: c.APIURL(), Token: c.AdminToken()})
 	if err != nil {
 		t.Fatal(err)
 	}

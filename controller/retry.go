@@ -14,14 +14,8 @@ import (
 	"github.com/gridfleet/terraform-provider-grid/api"
 )
 
-// jobsOverTimeRoutes registers the routes that act on jobs after they ran.
-// Roles (see DESIGN.md, API roles): POST /job/{id}/retry and
-// DELETE /job/{id} need operator.
-func (c *Controller) jobsOverTimeRoutes(mux *http.ServeMux) {
-	mux.HandleFunc("POST /job/{id}/retry", c.handleRetry)
-	mux.HandleFunc("DELETE /job/{id}", c.handleDeleteJob)
-	c.dlqRoutes(mux)
-}
+// The routes of this file and dlq.go are registered in apiRoutes: retry
+// and delete need operator.
 
 // handleRetry submits a new job with the spec of a finished one, linked to
 // it by retry_of; with failed_only, only on the nodes that did not finish
@@ -56,6 +50,7 @@ func (c *Controller) handleRetry(w http.ResponseWriter, r *http.Request) {
 	job := api.JobSpec{Target: orig.Target, Tasks: orig.Tasks, Strategy: orig.Strategy, Timeout: orig.Timeout,
 		CheckMode: orig.CheckMode}.Job()
 	job.RetryOf = orig.ID
+	job.SubmittedBy = principalFrom(r.Context()).Name
 	job.Priority = orig.Priority
 	job.Nodes = slices.Clone(orig.Nodes)
 	if req.FailedOnly {

@@ -2,12 +2,13 @@ package controller_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
-	"github.com/gridfleet/terraform-provider-grid/agent"
 	"github.com/gridfleet/terraform-provider-grid/api"
 	"github.com/gridfleet/terraform-provider-grid/internal/fleet"
 	"github.com/gridfleet/terraform-provider-grid/internal/fleet/fleettest"
@@ -17,22 +18,21 @@ import (
 // retry_of, with --failed-only only on the node that failed; a running job
 // can be neither retried nor deleted, a finished one is deleted.
 func TestRetryAndDelete(t *testing.T) {
-	f := fleettest.Start(t, fleet.Options{Agents: 3, Agent: func(i int, c *agent.Config) {
-		if i == 1 {
-			c.Allow = []string{"ping.echo"} // node-2 refuses ping.sleep
-		}
-	}})
+	f := fleettest.Start(t, fleet.Options{Agents: 3})
 	ctx := context.Background()
 	c := f.Client()
-	j := submit(t, f, `
+	// A path in node-2's sandbox: outside the others', so only node-2
+	// writes it and node-1 and node-3 fail.
+	path := filepath.Join(f.DataDir(), "agents", "node-2", "sandbox", "retry")
+	j := submit(t, f, fmt.Sprintf(`
 target: {scope: all}
 strategy: continue
 tasks:
-  - {backend: ping, action: sleep, params: {duration: 10ms}}
-`)
+  - {backend: file, action: write, params: {path: %q, content: "x"}}
+`, path))
 	j = wait(t, f, j.ID)
-	if j.Status != api.JobPartialFailure || nodeStatus(j, 0, "node-2") != api.StepFailed {
-		t.Fatalf("first run: %s, node-2 %s; want partial_failure with node-2 failed", j.Status, nodeStatus(j, 0, "node-2"))
+	if j.Status != api.JobPartialFailure || nodeStatus(j, 0, "node-2") != api.StepSuccess || nodeStatus(j, 0, "node-1") != api.StepFailed {
+		t.Fatalf("first run: %s, node-1 %s, node-2 %s; want partial_failure with only node-2 through", j.Status, nodeStatus(j, 0, "node-1"), nodeStatus(j, 0, "node-2"))
 	}
 
 	all, err := c.RetryJob(ctx, j.ID, false)
@@ -49,10 +49,11 @@ tasks:
 		t.Fatal(err)
 	}
 	failed = wait(t, f, failed.ID)
-	if failed.RetryOf != j.ID || !slices.Equal(failed.Expected, []string{"node-2"}) || !slices.Equal(failed.Nodes, []string{"node-2"}) {
-		t.Fatalf("failed-only retry: retry_of %q expected %v nodes %v, want node-2 only", failed.RetryOf, failed.Expected, failed.Nodes)
+	want := []string{"node-1", "node-3"}
+	if failed.RetryOf != j.ID || !slices.Equal(failed.Expected, want) || !slices.Equal(failed.Nodes, want) {
+		t.Fatalf("failed-only retry: retry_of %q expected %v nodes %v, want %v", failed.RetryOf, failed.Expected, failed.Nodes, want)
 	}
-	for _, n := range []string{"node-1", "node-3"} {
+	for _, n := range []string{"node-2"} {
 		if s := nodeStatus(failed, 0, n); s != "<none>" {
 			t.Fatalf("failed-only retry ran on %s (%s)", n, s)
 		}

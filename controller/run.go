@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -71,6 +72,8 @@ type execState struct {
 	active     []string
 	stepFailed bool
 	failFast   bool
+	// errMsg says why the job stopped, when a rollout's max_errors did.
+	errMsg string
 }
 
 // snapshot returns a copy of the job safe to hand out.
@@ -287,16 +290,20 @@ func (r *run) execute() {
 	// the job runs.
 	r.mu.Lock()
 	job := struct {
-		Target   api.Target
-		Tasks    []api.Phase
-		Timeout  string
-		Expected []string
-	}{r.job.Target, r.job.Tasks, r.job.Timeout, slices.Clone(r.job.Expected)}
+		Target      api.Target
+		Tasks       []api.Phase
+		Timeout     string
+		Expected    []string
+		Unreachable []string
+	}{r.job.Target, r.job.Tasks, r.job.Timeout, slices.Clone(r.job.Expected), slices.Clone(r.job.Unreachable)}
 	r.mu.Unlock()
 	st := &execState{active: job.Expected}
 	var errMsg string
 	if len(st.active) == 0 {
 		errMsg = errNoNodes.Error() + " (" + job.Target.String() + ")"
+		if len(job.Unreachable) > 0 {
+			errMsg = fmt.Sprintf("every node the target matched was unreachable: offline when the target was resolved (%s)", strings.Join(job.Unreachable, ", "))
+		}
 		st.failFast = true
 	} else {
 		r.walk(job.Tasks, 0, st, 1)
@@ -322,21 +329,34 @@ func (r *run) execute() {
 		return
 	case st.failFast:
 		status = api.JobFailed
-		if errMsg == "" {
+		switch {
+		case st.errMsg != "":
+			errMsg = st.errMsg
+		case errMsg == "":
 			errMsg = "a step failed (fail-fast)"
 		}
 	case st.stepFailed && len(st.active) == 0:
-		status, errMsg = api.JobFailed, "every node failed"
-	case st.stepFailed:
+		status, errMsg = api.JobFailed, "every node failed or was unreachable"
+	case st.stepFailed || len(job.Unreachable) > 0:
 		status = api.JobPartialFailure
-		errMsg = "some nodes failed"
+		errMsg = "some nodes failed or were unreachable"
 	}
 	now := time.Now().UTC()
 	r.update(func(j *api.Job) {
 		j.Status = status
-		j.Error = errMsg
 		j.FinishedAt = &now
+		sum := j.Summarize()
+		j.Summary = &sum
+		if status == api.JobPartialFailure || (status == api.JobFailed && st.errMsg == "" && errMsg != "" && st.stepFailed) {
+			errMsg = fmt.Sprintf("%s: %d of %d targeted nodes succeeded, %d failed, %d unreachable, %d not started",
+				errMsg, sum.Succeeded, sum.Targeted, sum.Failed, sum.Unreachable, sum.NotStarted)
+		}
+		j.Error = errMsg
 	})
+	r.mu.Lock()
+	sum := *r.job.Summary
+	r.mu.Unlock()
+	r.c.metrics.observeNodes(sum)
 	r.flushFinal()
 	r.settle()
 	endJobSpan(r.span, status, errMsg)
@@ -348,7 +368,7 @@ func (r *run) execute() {
 // index of the first leaf; depth 1 is top level.
 func (r *run) walk(phases []api.Phase, base int, st *execState, depth int) {
 	idx := base
-	for _, p := range phases {
+	for i, p := range phases {
 		n := p.LeafCount()
 		if r.ctx.Err() != nil || len(st.active) == 0 {
 			return
@@ -358,16 +378,28 @@ func (r *run) walk(phases []api.Phase, base int, st *execState, depth int) {
 			idx += n
 			continue
 		}
-		var failed map[string]bool
+		ro := api.RolloutFor(r.job, p)
+		path := fmt.Sprintf("tasks[%d]", i)
+		var out stepOutcome
 		if p.IsLeaf() {
-			failed = r.runSteps(r.steps[idx:idx+1], st.active, st.stepFailed, true)
+			out = r.runSteps(r.steps[idx:idx+1], st.active, st.stepFailed, true, ro, path)
 		} else {
-			failed = r.runSteps(r.steps[idx:idx+n], st.active, st.stepFailed, false)
+			out = r.runSteps(r.steps[idx:idx+n], st.active, st.stepFailed, false, ro, path)
 		}
-		if len(failed) > 0 {
+		switch {
+		case out.exceeded:
+			// The rollout stopped: nodes it never started changed nothing
+			// and take no part in what follows (on_failure phases).
+			st.stepFailed, st.failFast = true, true
+			st.errMsg = out.reason
+			st.active = slices.DeleteFunc(st.active, func(id string) bool { return out.notStarted[id] })
+		case len(out.failed) > 0:
 			st.stepFailed = true
-			if r.job.Strategy == api.StrategyContinue {
-				st.active = slices.DeleteFunc(st.active, func(id string) bool { return failed[id] })
+			// Failures within a max_errors budget are tolerated: the
+			// failed nodes drop out and the rollout carries on, as with
+			// strategy continue.
+			if r.job.Strategy == api.StrategyContinue || ro.MaxErrors != nil {
+				st.active = slices.DeleteFunc(st.active, func(id string) bool { return out.failed[id] })
 			} else {
 				st.failFast = true
 			}

@@ -84,7 +84,7 @@ func (c *Controller) claim(ctx context.Context, m jetstream.Msg) bool {
 		}
 		j.Status = api.JobRunning
 		j.Owner = c.id
-		j.Expected = c.expectedNodes(j)
+		j.Expected, j.Unreachable = c.expectedNodes(j)
 		now := time.Now().UTC()
 		j.UpdatedAt = now
 		j.StartedAt = &now
@@ -119,7 +119,9 @@ func (c *Controller) claim(ctx context.Context, m jetstream.Msg) bool {
 		return false
 	}
 	if started {
-		c.startRun(job, rev)
+		// Refused once shutdown began: the job stays running and owned
+		// here, for a restart or a peer to resume, like one interrupted.
+		started = c.startRun(job, rev)
 	}
 	// A confirmed ack: once a job runs its request no longer counts as
 	// pending for admission control. (A controller that dies before the
@@ -132,8 +134,9 @@ func (c *Controller) claim(ctx context.Context, m jetstream.Msg) bool {
 	return started
 }
 
-// startRun executes a job this controller owns.
-func (c *Controller) startRun(job *api.Job, rev uint64) {
+// startRun executes a job this controller owns. It refuses (false) once
+// shutdown has begun, so every run shutdown waits for is known to it.
+func (c *Controller) startRun(job *api.Job, rev uint64) bool {
 	if job.StartedAt == nil {
 		now := time.Now().UTC()
 		job.StartedAt = &now
@@ -154,9 +157,19 @@ func (c *Controller) startRun(job *api.Job, rev uint64) {
 		ctx: rctx, cancel: cancel, stopTimeout: stopTimeout, job: job, enc: newJobEncoder(), rev: rev, resolvedAt: *job.StartedAt,
 		flushKick: make(chan struct{}, 1), done: make(chan struct{}), settled: make(chan struct{}),
 	}
-	c.addRun(r)
+	if !c.addRun(r) {
+		cancel(errShutdown)
+		stopTimeout()
+		span.End()
+		r.log.Info("shutting down; not starting the job")
+		return false
+	}
 	r.log.Info("job started", "target", job.Target.String(), "nodes", len(job.Expected), "steps", len(r.steps))
-	go r.execute()
+	go func() {
+		defer c.runWG.Done()
+		r.execute()
+	}()
+	return true
 }
 
 // resumeOwned restarts the running jobs this controller owned before it

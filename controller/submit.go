@@ -62,18 +62,16 @@ func (c *Controller) enqueue(ctx context.Context, job *api.Job) error {
 	return nil
 }
 
-// expectedNodes resolves the nodes a job being claimed runs on: its
-// target's online nodes, or, for a job narrowed to some nodes (a retry of
-// the failed ones), those of them that are online.
-func (c *Controller) expectedNodes(j *api.Job) []string {
+// expectedNodes resolves the nodes a job being claimed runs on, and those
+// of its target that are offline: its target's, or, for a job narrowed to
+// some nodes (a retry of the failed ones), those nodes.
+func (c *Controller) expectedNodes(j *api.Job) (online, offline []string) {
 	if len(j.Nodes) == 0 {
-		return c.reg.resolve(j.Target)
+		return c.reg.resolveAll(j.Target)
 	}
-	var out []string
 	for _, id := range j.Nodes {
-		if got := c.reg.resolve(api.Target{Scope: api.ScopeNode, Value: id}); len(got) == 1 {
-			out = append(out, id)
-		}
+		on, off := c.reg.resolveAll(api.Target{Scope: api.ScopeNode, Value: id})
+		online, offline = append(online, on...), append(offline, off...)
 	}
-	return out
+	return online, offline
 }

@@ -43,7 +43,7 @@ output "flaky_rate_pattern" {
 				ConfigStateChecks: []statecheck.StateCheck{
 					statecheck.ExpectKnownValue(ds, tfjsonpath.New("names"), knownvalue.ListPartial(map[int]knownvalue.Check{})),
 					statecheck.ExpectKnownOutputValue("ping_actions", knownvalue.ListExact([]knownvalue.Check{
-						knownvalue.StringExact("echo"), knownvalue.StringExact("sleep"),
+						knownvalue.StringExact("echo"), knownvalue.StringExact("hostname"), knownvalue.StringExact("sleep"),
 					})),
 					statecheck.ExpectKnownOutputValue("ping_nodes", knownvalue.Int64Exact(2)),
 					statecheck.ExpectKnownOutputValue("sleep_duration", knownvalue.ObjectPartial(map[string]knownvalue.Check{

@@ -27,9 +27,12 @@ func addClientError(diags *diag.Diagnostics, summary string, err error) {
 	if errors.As(err, &ae) {
 		hint := ""
 		switch ae.StatusCode {
-		case 401, 403:
-			// Only an answer that names the credentials gets this hint.
-			hint = "\n\nThe controller refused the request's credentials: check the token (GRID_TOKEN, or the provider's token)."
+		case 401:
+			hint = "\n\nThe controller refused the token: set the provider's token (or GRID_TOKEN) to a live token " +
+				"of this controller (the first admin token is in its data dir, file admin-token; grid token create makes more)."
+		case 403:
+			hint = "\n\nThe token's role is too weak: grid_job needs a token with role operator (admin for " +
+				"dangerous actions); data sources need read."
 		case 429:
 			hint = "\n\nThe controller's queue is full; wait for running jobs to finish and apply again."
 		}

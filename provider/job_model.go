@@ -2,6 +2,7 @@ package provider
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"sort"
@@ -33,7 +34,8 @@ var (
 		"condition":   types.StringType,
 	}
 	leafObjectType = types.ObjectType{AttrTypes: leafAttrTypes}
-	taskAttrTypes  = withAttr(leafAttrTypes, "tasks", types.ListType{ElemType: leafObjectType})
+	taskAttrTypes  = withAttr(withAttr(withAttr(leafAttrTypes, "tasks", types.ListType{ElemType: leafObjectType}),
+		"max_concurrency", types.StringType), "max_errors", types.StringType)
 	taskObjectType = types.ObjectType{AttrTypes: taskAttrTypes}
 
 	resultNodeAttrTypes  = resultAttrTypesOf(resultNodeFields)
@@ -67,6 +69,9 @@ type taskModel struct {
 	MaxRetries types.Int64  `tfsdk:"max_retries"`
 	Condition  types.String `tfsdk:"condition"`
 	Tasks      types.List   `tfsdk:"tasks"`
+	// MaxConcurrency and MaxErrors roll a top-level task out (see api.Phase).
+	MaxConcurrency types.String `tfsdk:"max_concurrency"`
+	MaxErrors      types.String `tfsdk:"max_errors"`
 }
 
 // leafModel maps one element of a nested tasks list.
@@ -81,7 +86,8 @@ type leafModel struct {
 
 func (l leafModel) task() taskModel {
 	return taskModel{Backend: l.Backend, Action: l.Action, Params: l.Params, Timeout: l.Timeout,
-		MaxRetries: l.MaxRetries, Condition: l.Condition, Tasks: types.ListNull(leafObjectType)}
+		MaxRetries: l.MaxRetries, Condition: l.Condition, Tasks: types.ListNull(leafObjectType),
+		MaxConcurrency: types.StringNull(), MaxErrors: types.StringNull()}
 }
 
 // specLeaf is one leaf of a configured task tree.
@@ -158,13 +164,16 @@ func readTasks(ctx context.Context, l types.List, root path.Path, field string, 
 // when any of them is unknown.
 func phaseFrom(tm taskModel) (api.Phase, bool) {
 	known := !tm.Backend.IsUnknown() && !tm.Action.IsUnknown() && !tm.Timeout.IsUnknown() &&
-		!tm.MaxRetries.IsUnknown() && !tm.Condition.IsUnknown() && !tm.Params.IsUnknown() && !tm.Tasks.IsUnknown()
+		!tm.MaxRetries.IsUnknown() && !tm.Condition.IsUnknown() && !tm.Params.IsUnknown() && !tm.Tasks.IsUnknown() &&
+		!tm.MaxConcurrency.IsUnknown() && !tm.MaxErrors.IsUnknown()
 	ph := api.Phase{
-		Backend:    tm.Backend.ValueString(),
-		Action:     tm.Action.ValueString(),
-		Timeout:    tm.Timeout.ValueString(),
-		MaxRetries: int(tm.MaxRetries.ValueInt64()),
-		Condition:  api.Condition(tm.Condition.ValueString()),
+		Backend:        tm.Backend.ValueString(),
+		Action:         tm.Action.ValueString(),
+		Timeout:        tm.Timeout.ValueString(),
+		MaxRetries:     int(tm.MaxRetries.ValueInt64()),
+		Condition:      api.Condition(tm.Condition.ValueString()),
+		MaxConcurrency: limitFrom(tm.MaxConcurrency),
+		MaxErrors:      limitFrom(tm.MaxErrors),
 	}
 	if !tm.Params.IsNull() && !tm.Params.IsUnknown() {
 		ph.Params = api.Params{}
@@ -203,6 +212,8 @@ func tasksValue(phases []api.Phase) (types.List, diag.Diagnostics) {
 		} else {
 			attrs["tasks"] = types.ListNull(leafObjectType)
 		}
+		attrs["max_concurrency"] = limitValue(ph.MaxConcurrency)
+		attrs["max_errors"] = limitValue(ph.MaxErrors)
 		o, d := types.ObjectValue(taskAttrTypes, attrs)
 		diags.Append(d...)
 		elems = append(elems, o)
@@ -326,14 +337,19 @@ func jobSucceeded(job *api.Job, allowEmpty bool) bool {
 }
 
 // failureDetail lists what went wrong in a job: each failed node with its
-// step and error, then the job's own error.
+// step and error, the unreachable nodes apart from them, the nodes a
+// rollout never started, then the job's own error and its counts.
 func failureDetail(job *api.Job) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Job %s on target %s ended %s.", job.ID, job.Target, job.Status)
 	if job.Error != "" {
 		fmt.Fprintf(&b, " %s.", strings.TrimSuffix(job.Error, "."))
 	}
-	var lines []string
+	var failed, unreachable []string
+	notStarted := map[string]bool{}
+	for _, id := range job.Unreachable {
+		unreachable = append(unreachable, fmt.Sprintf("  - node %s: offline when the target was resolved; the job did not run on it", id))
+	}
 	for _, s := range api.Flatten(job.Tasks) {
 		res := job.Results[s.Index]
 		ids := make([]string, 0, len(res))
@@ -343,7 +359,18 @@ func failureDetail(job *api.Job) string {
 		sort.Strings(ids)
 		for _, id := range ids {
 			r := res[id]
-			if r == nil || (r.Status != api.StepFailed && r.Status != api.StepCancelled) {
+			if r == nil {
+				continue
+			}
+			switch r.Status {
+			case api.StepNotStarted:
+				notStarted[id] = true
+				continue
+			case api.StepUnreachable:
+				unreachable = append(unreachable, fmt.Sprintf("  - node %s, step %d (%s): %s", id, s.Index, s.Task.Name(), r.Error))
+				continue
+			case api.StepFailed, api.StepCancelled:
+			default:
 				continue
 			}
 			msg := r.Error
@@ -354,12 +381,50 @@ func failureDetail(job *api.Job) string {
 			if r.Attempts > 1 {
 				attempts = fmt.Sprintf(" after %d attempts", r.Attempts)
 			}
-			lines = append(lines, fmt.Sprintf("  - node %s, step %d (%s): %s%s", id, s.Index, s.Task.Name(), msg, attempts))
+			failed = append(failed, fmt.Sprintf("  - node %s, step %d (%s): %s%s", id, s.Index, s.Task.Name(), msg, attempts))
 		}
 	}
-	if len(lines) > 0 {
+	if len(failed) > 0 {
 		b.WriteString("\n\nFailed nodes:\n")
-		b.WriteString(strings.Join(lines, "\n"))
+		b.WriteString(strings.Join(failed, "\n"))
+	}
+	if len(unreachable) > 0 {
+		b.WriteString("\n\nUnreachable nodes (not failed: bring them back online and apply again):\n")
+		b.WriteString(strings.Join(unreachable, "\n"))
+	}
+	if len(notStarted) > 0 {
+		ids := make([]string, 0, len(notStarted))
+		for id := range notStarted {
+			ids = append(ids, id)
+		}
+		sort.Strings(ids)
+		fmt.Fprintf(&b, "\n\nNot started (max_errors exceeded): %s", strings.Join(ids, ", "))
+	}
+	if sum := job.Summary; sum != nil {
+		fmt.Fprintf(&b, "\n\nNodes: %d targeted, %d reached, %d succeeded, %d failed, %d unreachable, %d not started.",
+			sum.Targeted, sum.Reached, sum.Succeeded, sum.Failed, sum.Unreachable, sum.NotStarted)
 	}
 	return b.String()
+}
+
+// limitFrom reads a max_concurrency or max_errors value ("3", "10%"); null
+// and unknown are no limit. Text that does not parse is kept for
+// api validation to report with the attribute's name.
+func limitFrom(v types.String) *api.Limit {
+	if v.IsNull() || v.IsUnknown() {
+		return nil
+	}
+	var l api.Limit
+	// UnmarshalJSON never fails on a JSON string: bad text is kept.
+	b, _ := json.Marshal(v.ValueString())
+	_ = l.UnmarshalJSON(b)
+	return &l
+}
+
+// limitValue renders a limit as its attribute value.
+func limitValue(l *api.Limit) types.String {
+	if l == nil {
+		return types.StringNull()
+	}
+	return types.StringValue(l.String())
 }

@@ -43,21 +43,31 @@ type jobResource struct {
 
 // jobResourceModel maps grid_job.
 type jobResourceModel struct {
-	ID           types.String   `tfsdk:"id"`
-	Target       types.Object   `tfsdk:"target"`
-	Strategy     types.String   `tfsdk:"strategy"`
-	Timeout      types.String   `tfsdk:"timeout"`
-	CheckMode    types.Bool     `tfsdk:"check_mode"`
-	Tasks        types.List     `tfsdk:"tasks"`
-	Triggers     types.Map      `tfsdk:"triggers"`
-	Wait         types.Bool     `tfsdk:"wait"`
-	AllowEmpty   types.Bool     `tfsdk:"allow_empty"`
-	DestroyTasks types.List     `tfsdk:"destroy_tasks"`
-	Status       types.String   `tfsdk:"status"`
-	Nodes        types.List     `tfsdk:"nodes"`
-	Results      types.List     `tfsdk:"results"`
-	CreatedAt    types.String   `tfsdk:"created_at"`
-	Timeouts     timeouts.Value `tfsdk:"timeouts"`
+	ID        types.String `tfsdk:"id"`
+	Target    types.Object `tfsdk:"target"`
+	Strategy  types.String `tfsdk:"strategy"`
+	Timeout   types.String `tfsdk:"timeout"`
+	CheckMode types.Bool   `tfsdk:"check_mode"`
+	// MaxConcurrency and MaxErrors are the job's rollout limits.
+	MaxConcurrency types.String `tfsdk:"max_concurrency"`
+	MaxErrors      types.String `tfsdk:"max_errors"`
+	Tasks          types.List   `tfsdk:"tasks"`
+	// Converge and ConvergedNodes: see provider/job_converge.go.
+	Converge       types.Bool `tfsdk:"converge"`
+	ConvergedNodes types.List `tfsdk:"converged_nodes"`
+	// Preview, PreviewNodes and PreviewSummary: see provider/job_preview.go.
+	Preview        types.Bool     `tfsdk:"preview"`
+	PreviewNodes   types.Map      `tfsdk:"preview_nodes"`
+	PreviewSummary types.String   `tfsdk:"preview_summary"`
+	Triggers       types.Map      `tfsdk:"triggers"`
+	Wait           types.Bool     `tfsdk:"wait"`
+	AllowEmpty     types.Bool     `tfsdk:"allow_empty"`
+	DestroyTasks   types.List     `tfsdk:"destroy_tasks"`
+	Status         types.String   `tfsdk:"status"`
+	Nodes          types.List     `tfsdk:"nodes"`
+	Results        types.List     `tfsdk:"results"`
+	CreatedAt      types.String   `tfsdk:"created_at"`
+	Timeouts       timeouts.Value `tfsdk:"timeouts"`
 }
 
 func (r *jobResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
@@ -81,11 +91,13 @@ func specFrom(ctx context.Context, m *jobResourceModel, tasks types.List) (*api.
 	tree, d := readTasks(ctx, tasks, path.Root("tasks"), "tasks", false)
 	diags.Append(d...)
 	return &api.JobSpec{
-		Target:    target,
-		Tasks:     tree.Phases,
-		Strategy:  api.Strategy(m.Strategy.ValueString()),
-		Timeout:   m.Timeout.ValueString(),
-		CheckMode: m.CheckMode.ValueBool(),
+		Target:         target,
+		Tasks:          tree.Phases,
+		Strategy:       api.Strategy(m.Strategy.ValueString()),
+		Timeout:        m.Timeout.ValueString(),
+		CheckMode:      m.CheckMode.ValueBool(),
+		MaxConcurrency: limitFrom(m.MaxConcurrency),
+		MaxErrors:      limitFrom(m.MaxErrors),
 	}, diags
 }
 
@@ -121,12 +133,19 @@ func (r *jobResource) Create(ctx context.Context, req resource.CreateRequest, re
 	}
 
 	planned := plan.Nodes
+	if plan.PreviewNodes.IsUnknown() {
+		plan.PreviewNodes = types.MapNull(previewNodesType.ElemType)
+	}
+	if plan.PreviewSummary.IsUnknown() {
+		plan.PreviewSummary = types.StringNull()
+	}
 	wait := plan.Wait.ValueBool()
 	job := r.runJob(ctx, spec, wait, waitFor, "Submit Job Error", &resp.Diagnostics)
 	if job == nil {
 		return
 	}
 	resp.Diagnostics.Append(setJob(&plan, job)...)
+	plan.ConvergedNodes = nodesValue(succeededNodes(job))
 	if !wait && !planned.IsUnknown() {
 		// The controller resolves the target when it starts the job, after
 		// this returns; until a refresh, the planned nodes stand.
@@ -203,6 +222,13 @@ func fillSpec(m *jobResourceModel, job *api.Job) diag.Diagnostics {
 	m.Strategy = types.StringValue(string(strategy))
 	m.Timeout = optString(job.Timeout)
 	m.CheckMode = types.BoolValue(job.CheckMode)
+	m.MaxConcurrency = limitValue(job.MaxConcurrency)
+	m.MaxErrors = limitValue(job.MaxErrors)
+	m.Converge = types.BoolValue(false)
+	m.Preview = types.BoolValue(false)
+	m.PreviewNodes = types.MapNull(previewNodesType.ElemType)
+	m.PreviewSummary = types.StringNull()
+	m.ConvergedNodes = nodesValue(succeededNodes(job))
 	tasks, diags := tasksValue(job.Tasks)
 	m.Tasks = tasks
 	m.Triggers = types.MapNull(types.StringType)
@@ -222,6 +248,7 @@ func (r *jobResource) Update(ctx context.Context, req resource.UpdateRequest, re
 		return
 	}
 	plan.ID, plan.Status, plan.Nodes, plan.Results, plan.CreatedAt = state.ID, state.Status, state.Nodes, state.Results, state.CreatedAt
+	r.converge(ctx, &plan, &state, &resp.Diagnostics)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
 }
 

@@ -68,6 +68,16 @@ func leafSchemaAttributes(top bool) map[string]schema.Attribute {
 // barrier steps, an element with nested tasks is a per-node pipeline.
 func tasksSchemaAttribute(desc string, required bool, mods []planmodifier.List) schema.ListNestedAttribute {
 	top := leafSchemaAttributes(true)
+	top["max_concurrency"] = schema.StringAttribute{
+		MarkdownDescription: "Most nodes that run this step (or this whole pipeline) at once: a count (`3`) or a percentage of the nodes (`10%`, rounded down, at least 1). Overrides the job's `max_concurrency`.",
+		Optional:            true,
+		Validators:          []validator.String{limitValidator{zeroOK: false}},
+	}
+	top["max_errors"] = schema.StringAttribute{
+		MarkdownDescription: "Nodes that may fail (or become unreachable) in this step or pipeline before no new node starts: a count or a percentage (rounded down). Overrides the job's `max_errors`.",
+		Optional:            true,
+		Validators:          []validator.String{limitValidator{zeroOK: true}},
+	}
 	top["tasks"] = schema.ListNestedAttribute{
 		MarkdownDescription: "A per-node pipeline: these tasks run in order on each node, and each node advances on its own " +
 			"result. An element sets either `backend`/`action` or `tasks`. A pipeline cannot contain another pipeline.",
@@ -141,6 +151,18 @@ func (r *jobResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp
 				Default:             booldefault.StaticBool(false),
 				PlanModifiers:       []planmodifier.Bool{boolplanmodifier.RequiresReplace()},
 			},
+			"max_concurrency": schema.StringAttribute{
+				MarkdownDescription: "Rolling execution: most nodes that run a step (or a whole pipeline) at once, as a count (`3`) or a percentage of the step's nodes (`10%`, rounded down, at least 1). Without it every node runs at once.",
+				Optional:            true,
+				Validators:          []validator.String{limitValidator{zeroOK: false}},
+				PlanModifiers:       []planmodifier.String{stringplanmodifier.RequiresReplace()},
+			},
+			"max_errors": schema.StringAttribute{
+				MarkdownDescription: "Rolling execution: how many nodes of a step may fail or become unreachable (a count or a percentage, rounded down) before no new node starts; nodes in flight finish, the rest are recorded `not_started` and the job fails. Failures within it leave the job `partial_failure`. Without it the strategy alone decides.",
+				Optional:            true,
+				Validators:          []validator.String{limitValidator{zeroOK: true}},
+				PlanModifiers:       []planmodifier.String{stringplanmodifier.RequiresReplace()},
+			},
 			"tasks": tasksSchemaAttribute("The steps of the job, in order. An element with `backend` and `action` is a barrier step: "+
 				"every node finishes it before any node starts the next. An element with nested `tasks` is a per-node pipeline.",
 				true, []planmodifier.List{listplanmodifier.RequiresReplace()}),
@@ -166,6 +188,35 @@ func (r *jobResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp
 				"the node the job ran on) with the same strategy and check mode. Destroy waits for them; if they fail, the destroy fails "+
 				"and the resource stays in state. Without them, destroying only forgets the job.",
 				false, nil),
+			"converge": schema.BoolAttribute{
+				MarkdownDescription: "Keep the target converged: every plan resolves the target again, and nodes that now match but have not run the current tasks successfully (a new agent in the group) show as a change of `converged_nodes`; apply runs the tasks on those nodes alone (one job per node) and records them. Nodes that left the target drop out of `converged_nodes`. Not for scope `any`. Defaults to `false`.",
+				Optional:            true,
+				Computed:            true,
+				Default:             booldefault.StaticBool(false),
+			},
+			"preview": schema.BoolAttribute{
+				MarkdownDescription: "Plan previews: when a plan creates (or replaces) the job, it first runs the tasks in check mode on the target — actions report what they would change and change nothing — and shows the outcome in `preview_nodes` and `preview_summary`. Every action must support check mode; a plan with one that does not is refused. Defaults to `false`.",
+				Optional:            true,
+				Computed:            true,
+				Default:             booldefault.StaticBool(false),
+			},
+			"preview_nodes": schema.MapAttribute{
+				MarkdownDescription: "With `preview`: for each node of the target, the steps (`backend.action`) that would change it; an empty list when nothing would.",
+				ElementType:         types.ListType{ElemType: types.StringType},
+				Computed:            true,
+				PlanModifiers:       []planmodifier.Map{mapplanmodifier.UseStateForUnknown()},
+			},
+			"preview_summary": schema.StringAttribute{
+				MarkdownDescription: "With `preview`: one line per step, such as `apt.install would change 3 of 5 nodes`.",
+				Computed:            true,
+				PlanModifiers:       []planmodifier.String{stringplanmodifier.UseStateForUnknown()},
+			},
+			"converged_nodes": schema.ListAttribute{
+				MarkdownDescription: "Ids of the nodes that ran the current tasks successfully, sorted. With `converge`, a plan shows the nodes it will run on as additions here.",
+				ElementType:         types.StringType,
+				Computed:            true,
+				PlanModifiers:       []planmodifier.List{listplanmodifier.UseStateForUnknown()},
+			},
 			"status": schema.StringAttribute{
 				MarkdownDescription: "Job status: `pending`, `running`, `completed`, `failed`, `partial_failure` or `cancelled`.",
 				Computed:            true,

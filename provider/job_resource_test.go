@@ -96,6 +96,21 @@ func TestFailureDetail(t *testing.T) {
 	if strings.Index(got, "node-1") > strings.Index(got, "node-2") {
 		t.Errorf("nodes not sorted:\n%s", got)
 	}
+
+	// Unreachable nodes are listed apart from failed ones, with the nodes
+	// a rollout never started.
+	job.Unreachable = []string{"node-9"}
+	job.Results[1]["node-3"] = &api.NodeResult{Status: api.StepUnreachable, Error: "unreachable: node node-3 went offline"}
+	job.Results[1]["node-4"] = &api.NodeResult{Status: api.StepNotStarted}
+	got = failureDetail(job)
+	unreach := strings.Index(got, "Unreachable nodes")
+	if unreach < strings.Index(got, "node-2, step 1") || !strings.Contains(got[unreach:], "node node-9: offline when the target was resolved") ||
+		!strings.Contains(got[unreach:], "node node-3, step 1 (test.fail): unreachable") || strings.Contains(got[:unreach], "node-3") {
+		t.Errorf("unreachable nodes not apart:\n%s", got)
+	}
+	if !strings.Contains(got, "Not started (max_errors exceeded): node-4") {
+		t.Errorf("not started nodes missing:\n%s", got)
+	}
 }
 
 func TestMatchingOnline(t *testing.T) {

@@ -158,9 +158,16 @@ func (r *jobResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanReq
 		return
 	}
 	// A create submits the job. An in-place update submits nothing, but
-	// may set new destroy_tasks, which are checked too. (A replacement is
-	// planned again as a create, with a null state.)
+	// may set new destroy_tasks, which are checked too, and may converge
+	// the target. (A replacement is planned again as a create, with a null
+	// state.)
 	creating := req.State.Raw.IsNull()
+	if !creating {
+		r.planConverge(ctx, req, resp, &plan)
+		if resp.Diagnostics.HasError() {
+			return
+		}
+	}
 	lists := []string{"tasks", "destroy_tasks"}
 	if !creating {
 		var prior types.List
@@ -220,11 +227,83 @@ func (r *jobResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanReq
 				"or set allow_empty = true to accept a job that reaches no node.", target, len(nodes), countOnline(nodes)))
 		return
 	}
-	if target.Scope == api.ScopeAny {
-		// The controller picks the node when the job runs.
+	if target.Scope != api.ScopeAny {
+		r.validateOnTargeted(ctx, nodes, ids, leaves, checkMode, &resp.Diagnostics)
+	}
+	if plan.Preview.ValueBool() && !resp.Diagnostics.HasError() && len(ids) > 0 {
+		var tasksOnly []specLeaf
+		for _, l := range leaves {
+			if !strings.HasPrefix(l.Field, "destroy_tasks") {
+				tasksOnly = append(tasksOnly, l)
+			}
+		}
+		nodesMap, summary, ok := r.planPreview(ctx, &plan, tasksOnly, cat, &resp.Diagnostics)
+		if !ok {
+			return
+		}
+		resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, previewNodesPath, nodesMap)...)
+		resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, previewSummaryPath, summary)...)
+		resp.Diagnostics.AddWarning("Preview: "+summary.ValueString(), "A check-mode run of the tasks on the target found this; "+
+			"preview_nodes lists per node the steps that would change it. Nothing was changed.")
+	}
+	if target.Scope == api.ScopeAny || resp.Diagnostics.HasError() {
+		// For any, the controller picks the node when the job runs.
 		return
 	}
 	resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("nodes"), nodesValue(ids))...)
+}
+
+// validateOnTargeted checks every task against the schemas of the nodes
+// the target selects, not the union of the fleet's: a task some targeted
+// node does not offer (or its allowlist refuses) fails at plan time, naming
+// those nodes, as the controller's submit would. Nodes sharing a schema
+// digest are judged once.
+func (r *jobResource) validateOnTargeted(ctx context.Context, nodes []api.NodeInfo, ids []string, leaves []specLeaf, checkMode bool, diags *diag.Diagnostics) {
+	digest := map[string]string{}
+	for _, n := range nodes {
+		digest[n.ID] = n.SchemaDigest
+	}
+	byDigest := map[string][]string{}
+	var order []string
+	for _, id := range ids {
+		d := digest[id]
+		if _, ok := byDigest[d]; !ok {
+			order = append(order, d)
+		}
+		byDigest[d] = append(byDigest[d], id)
+	}
+	bad := map[int][]string{} // leaf → nodes that cannot run it
+	why := map[int]error{}
+	for _, d := range order {
+		group := byDigest[d]
+		info, err := r.client.GetNode(ctx, group[0])
+		if err != nil {
+			continue // gone since the list: the submit judges it
+		}
+		cat := &api.Catalog{Backends: info.Schemas}
+		for i, leaf := range leaves {
+			if !leaf.Known {
+				continue
+			}
+			if err := cat.ValidateTask(leaf.Field, leaf.Task, checkMode); err != nil {
+				bad[i] = append(bad[i], group...)
+				if why[i] == nil {
+					why[i] = err
+				}
+			}
+		}
+	}
+	for i, leaf := range leaves {
+		if len(bad[i]) == 0 {
+			continue
+		}
+		sort.Strings(bad[i])
+		_, msg := leafErrorPath(leaf, why[i])
+		diags.AddAttributeError(leaf.Path, "Task Not Offered By Targeted Nodes",
+			fmt.Sprintf("%s: %d targeted node(s) cannot run %s: %s (%s).\n\nNarrow the target to nodes that offer the action, "+
+				"or enable it on those agents (their backends and allow list); `grid node info ID` shows what a node offers.",
+				leaf.Field, len(bad[i]), leaf.Task.Name(), strings.Join(bad[i], ", "), msg))
+	}
 }
 
 // addPlanClientError reports a failure to ask the controller at plan time.

@@ -53,22 +53,35 @@ func resultAttrTypesOf(fields []resultField) map[string]attr.Type {
 	return m
 }
 
+// computedAttrs renders fields as computed attributes of one schema
+// package, given how that package builds each kind.
+func computedAttrs[A any](fields []resultField, str, i64, boolean func(desc string) A) map[string]A {
+	m := make(map[string]A, len(fields)+1)
+	for _, f := range fields {
+		switch f.typ {
+		case types.Int64Type:
+			m[f.name] = i64(f.desc)
+		case types.BoolType:
+			m[f.name] = boolean(f.desc)
+		default:
+			m[f.name] = str(f.desc)
+		}
+	}
+	return m
+}
+
 // resourceResultsAttribute is grid_job's results: kept from state until the
 // job is run again.
 func resourceResultsAttribute() rschema.ListNestedAttribute {
 	computed := func(fields []resultField) map[string]rschema.Attribute {
-		m := make(map[string]rschema.Attribute, len(fields)+1)
-		for _, f := range fields {
-			switch f.typ {
-			case types.Int64Type:
-				m[f.name] = rschema.Int64Attribute{Computed: true, MarkdownDescription: f.desc}
-			case types.BoolType:
-				m[f.name] = rschema.BoolAttribute{Computed: true, MarkdownDescription: f.desc}
-			default:
-				m[f.name] = rschema.StringAttribute{Computed: true, MarkdownDescription: f.desc}
-			}
-		}
-		return m
+		return computedAttrs(fields,
+			func(d string) rschema.Attribute {
+				return rschema.StringAttribute{Computed: true, MarkdownDescription: d}
+			},
+			func(d string) rschema.Attribute {
+				return rschema.Int64Attribute{Computed: true, MarkdownDescription: d}
+			},
+			func(d string) rschema.Attribute { return rschema.BoolAttribute{Computed: true, MarkdownDescription: d} })
 	}
 	step := computed(resultStepFields)
 	step["nodes"] = rschema.MapNestedAttribute{
@@ -87,18 +100,14 @@ func resourceResultsAttribute() rschema.ListNestedAttribute {
 // dataSourceResultsAttribute is the grid_job data source's results.
 func dataSourceResultsAttribute() dschema.ListNestedAttribute {
 	computed := func(fields []resultField) map[string]dschema.Attribute {
-		m := make(map[string]dschema.Attribute, len(fields)+1)
-		for _, f := range fields {
-			switch f.typ {
-			case types.Int64Type:
-				m[f.name] = dschema.Int64Attribute{Computed: true, MarkdownDescription: f.desc}
-			case types.BoolType:
-				m[f.name] = dschema.BoolAttribute{Computed: true, MarkdownDescription: f.desc}
-			default:
-				m[f.name] = dschema.StringAttribute{Computed: true, MarkdownDescription: f.desc}
-			}
-		}
-		return m
+		return computedAttrs(fields,
+			func(d string) dschema.Attribute {
+				return dschema.StringAttribute{Computed: true, MarkdownDescription: d}
+			},
+			func(d string) dschema.Attribute {
+				return dschema.Int64Attribute{Computed: true, MarkdownDescription: d}
+			},
+			func(d string) dschema.Attribute { return dschema.BoolAttribute{Computed: true, MarkdownDescription: d} })
 	}
 	step := computed(resultStepFields)
 	step["nodes"] = dschema.MapNestedAttribute{

@@ -62,9 +62,12 @@ func (p *gridProvider) Schema(_ context.Context, _ provider.SchemaRequest, resp 
 				Optional: true,
 			},
 			"token": schema.StringAttribute{
-				MarkdownDescription: "Bearer token sent to the controller. Defaults to the `GRID_TOKEN` environment variable.",
-				Optional:            true,
-				Sensitive:           true,
+				MarkdownDescription: "Bearer token sent to the controller. Defaults to the `GRID_TOKEN` environment variable. " +
+					"Data sources need a token with role `read`; `grid_job` one with role `operator` (`admin` for actions marked " +
+					"dangerous, unless in check mode). The controller's first admin token is in its data dir, file `admin-token`; " +
+					"`grid token create` makes more.",
+				Optional:  true,
+				Sensitive: true,
 			},
 			"timeout": schema.StringAttribute{
 				MarkdownDescription: "Timeout of each request to the controller, as a duration (`30s`, `2m`). " +

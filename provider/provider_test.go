@@ -4,12 +4,16 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"regexp"
 	"testing"
+
+	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
 
 	"github.com/hashicorp/terraform-plugin-framework/provider"
 	"github.com/hashicorp/terraform-plugin-framework/providerserver"
 	"github.com/hashicorp/terraform-plugin-go/tfprotov6"
 
+	"github.com/gridfleet/terraform-provider-grid/api"
 	"github.com/gridfleet/terraform-provider-grid/internal/fleet"
 	"github.com/gridfleet/terraform-provider-grid/internal/fleet/fleettest"
 )
@@ -22,11 +26,15 @@ var testAccProtoV6ProviderFactories = map[string]func() (tfprotov6.ProviderServe
 
 // testAccFleet starts an in-process fleet (controller and agents, node-1 …
 // node-N; even-numbered agents from 0 in web.prod, the others in db.prod)
-// for an acceptance test, and skips the test without TF_ACC.
+// for an acceptance test, and skips the test without TF_ACC. The
+// controller wants a token: GRID_TOKEN holds its admin token, so configs
+// without a token attribute exercise the provider's fallback to it.
 func testAccFleet(t *testing.T, agents int) *fleet.Fleet {
 	t.Helper()
 	testAccPreCheck(t)
-	return fleettest.Start(t, fleet.Options{Agents: agents})
+	f := fleettest.Start(t, fleet.Options{Agents: agents})
+	t.Setenv("GRID_TOKEN", f.AdminToken())
+	return f
 }
 
 func testAccPreCheck(t *testing.T) {
@@ -41,9 +49,63 @@ func testAccPreCheck(t *testing.T) {
 	t.Setenv("GRID_TOKEN", "")
 }
 
-// providerConfig is the provider block for a fleet.
+// providerConfig is the provider block for a fleet, with its admin token.
 func providerConfig(f *fleet.Fleet) string {
-	return fmt.Sprintf("provider \"grid\" {\n  address = %q\n}\n", f.APIURL())
+	return providerConfigToken(f, f.AdminToken())
+}
+
+func providerConfigToken(f *fleet.Fleet, tok string) string {
+	return fmt.Sprintf("provider \"grid\" {\n  address = %q\n  token   = %q\n}\n", f.APIURL(), tok)
+}
+
+// The provider sends its token: without one the controller refuses with a
+// diagnostic saying so, a read token can read but not run a job, and an
+// operator token can run one.
+func TestAccProviderToken(t *testing.T) {
+	testAccPreCheck(t) // GRID_TOKEN is empty
+	f := fleettest.Start(t, fleet.Options{Agents: 1})
+	ctx := context.Background()
+	readTok, err := f.Client().CreateToken(ctx, "tf-read", api.RoleRead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opTok, err := f.Client().CreateToken(ctx, "tf-apply", api.RoleOperator)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const nodes = `
+data "grid_nodes" "all" {}
+`
+	const job = `
+resource "grid_job" "echo" {
+  target = { scope = "all" }
+  tasks = [{ backend = "ping", action = "echo", params = { message = "hi" } }]
+}
+`
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		Steps: []resource.TestStep{
+			{
+				Config:      fmt.Sprintf("provider \"grid\" {\n  address = %q\n}\n", f.APIURL()) + nodes,
+				ExpectError: regexp.MustCompile(`(?s)401:\s+missing\s+API\s+token.*GRID_TOKEN`),
+			},
+			{
+				Config:      providerConfigToken(f, "grid_not-a-token") + nodes,
+				ExpectError: regexp.MustCompile(`(?s)401:\s+unknown\s+API\s+token`),
+			},
+			{
+				Config: providerConfigToken(f, readTok.Token) + nodes,
+			},
+			{
+				Config:      providerConfigToken(f, readTok.Token) + job,
+				ExpectError: regexp.MustCompile(`(?s)403:\s+token\s+"tf-read"\s+has\s+role\s+read`),
+			},
+			{
+				Config: providerConfigToken(f, opTok.Token) + job,
+				Check:  resource.TestCheckResourceAttr("grid_job.echo", "status", "completed"),
+			},
+		},
+	})
 }
 
 func TestProviderSchema(t *testing.T) {

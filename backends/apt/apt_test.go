@@ -251,6 +251,9 @@ func TestRealAptCheckMode(t *testing.T) {
 	}
 	b := New(Options{})
 	r := backends.NewRegistry().MustRegister(b)
+	// apt.remove is dangerous: off unless the allow list names it.
+	allow, _ := backends.ParseAllowlist([]string{"apt"})
+	r.SetAllowlist(allow)
 	ctx := context.Background()
 
 	// bash is Essential: installed on every Debian system.

@@ -2,6 +2,7 @@ package builtin
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -53,6 +54,9 @@ func TestSandbox(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// net.dns_set is dangerous: off unless the allow list names it.
+	allow, _ := backends.ParseAllowlist([]string{"*"})
+	r.SetAllowlist(allow)
 	ctx := context.Background()
 	p := filepath.Join(sb, "hello.txt")
 	if _, err := r.Run(ctx, "file", &backends.Request{Action: "write", Params: api.Params{"path": p, "content": "hi"}}); err != nil {
@@ -67,5 +71,96 @@ func TestSandbox(t *testing.T) {
 	}
 	if b, err := os.ReadFile(filepath.Join(sb, "resolv.conf")); err != nil || !strings.Contains(string(b), "nameserver 192.0.2.1") {
 		t.Errorf("resolv.conf in sandbox: %q, %v", b, err)
+	}
+}
+
+// The actions that can take a node out of service are marked dangerous, and
+// a node without an allow list neither offers nor runs them.
+func TestDangerousActionsOffByDefault(t *testing.T) {
+	r, err := New(Options{Sandbox: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"apt.remove", "apt.upgrade", "net.dns_set", "systemd.disable", "systemd.stop"}
+	var got []string
+	for _, name := range []string{"apt", "file", "net", "ping", "sysinfo", "systemd", "test"} {
+		b, _ := r.Get(name)
+		for _, a := range b.Schema().Actions {
+			if a.Dangerous {
+				got = append(got, name+"."+a.Name)
+			}
+		}
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		t.Fatalf("dangerous actions = %v, want %v", got, want)
+	}
+	ctx := context.Background()
+	for _, tc := range []struct{ backend, action string }{
+		{"apt", "remove"}, {"apt", "upgrade"}, {"systemd", "stop"}, {"systemd", "disable"}, {"net", "dns_set"},
+	} {
+		params := api.Params{"package": "cowsay", "unit": "sshd", "servers": "192.0.2.1"}
+		b, _ := r.Get(tc.backend)
+		a, _ := b.Schema().Action(tc.action)
+		for k := range params {
+			if _, ok := a.Param(k); !ok {
+				delete(params, k)
+			}
+		}
+		_, err := r.Run(ctx, tc.backend, &backends.Request{Action: tc.action, Params: params})
+		if !errors.Is(err, backends.ErrNotAllowed) {
+			t.Errorf("%s.%s without an allow list: err = %v, want not allowed", tc.backend, tc.action, err)
+		}
+	}
+	for _, s := range r.Schemas() {
+		for _, a := range s.Actions {
+			if slices.Contains(want, s.Name+"."+a.Name) {
+				t.Errorf("%s.%s advertised without an allow list", s.Name, a.Name)
+			}
+		}
+	}
+	allow, _ := backends.ParseAllowlist([]string{"apt"})
+	r.SetAllowlist(allow)
+	if _, ok := slices.BinarySearch(r.List(), "apt"); !ok {
+		t.Fatalf("apt not offered with allow [apt]")
+	}
+	for _, s := range r.Schemas() {
+		if s.Name == "apt" {
+			if _, ok := s.Action("remove"); !ok {
+				t.Errorf("allow [apt] does not enable apt.remove")
+			}
+		}
+	}
+}
+
+// A node that runs an action only in check mode runs it in check mode even
+// when the job does not ask, says so in the output, and refuses an action
+// that has no check mode.
+func TestCheckOnly(t *testing.T) {
+	sb := t.TempDir()
+	r, err := New(Options{Sandbox: sb, Programs: map[string]ProgramSpec{"tool": {Path: "/bin/true"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	co, _ := backends.ParseAllowlist([]string{"file", "exec"})
+	r.SetCheckOnly(co)
+	p := filepath.Join(sb, "motd")
+	res, err := r.Run(context.Background(), "file", &backends.Request{Action: "write", Params: api.Params{"path": p, "content": "hi"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Changed || !strings.Contains(res.Output, "check mode only") {
+		t.Errorf("forced check mode result: %+v", res)
+	}
+	if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("check-only write created the file: %v", err)
+	}
+	// Read-only actions run as usual.
+	if _, err := r.Run(context.Background(), "file", &backends.Request{Action: "stat", Params: api.Params{"path": p}}); err != nil {
+		t.Errorf("stat under check_only: %v", err)
+	}
+	_, err = r.Run(context.Background(), "exec", &backends.Request{Action: "run", Params: api.Params{"program": "tool"}})
+	if !errors.Is(err, backends.ErrNotAllowed) {
+		t.Errorf("check-only action without check mode: err = %v, want not allowed", err)
 	}
 }

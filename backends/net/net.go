@@ -75,7 +75,7 @@ func (*Backend) Schema() api.BackendSchema {
 			{Name: "dns_get", Description: "Read the resolver configuration: nameservers, search domains, options.",
 				ReadOnly: true, Idempotent: true, CheckMode: true},
 			{Name: "dns_set", Description: "Set nameservers and search domains (the file then holds exactly these; options lines are kept). No change when they already match.",
-				Idempotent: true, CheckMode: true, Params: []api.ParamSchema{
+				Idempotent: true, CheckMode: true, Dangerous: true, Params: []api.ParamSchema{
 					{Name: "servers", Type: api.TypeList, Required: true, Pattern: IPPattern, Description: "Nameserver IP addresses, in order (at most 3)."},
 					{Name: "search", Type: api.TypeList, Pattern: DomainPattern, Description: "Search domains, in order; none when omitted."},
 				}},

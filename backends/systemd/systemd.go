@@ -49,16 +49,18 @@ func (*Backend) Schema() api.BackendSchema {
 	}
 	status := act("status", "Report the unit's active state, sub state and enablement.")
 	status.ReadOnly = true
+	// Stopping or disabling a unit (sshd, the network) can cut a node off.
+	dangerous := func(a api.ActionSchema) api.ActionSchema { a.Dangerous = true; return a }
 	return api.BackendSchema{
 		Name:        "systemd",
 		Description: "Manage systemd units with systemctl.",
 		Actions: []api.ActionSchema{
 			act("start", "Start the unit; no change when it is already active."),
-			act("stop", "Stop the unit; no change when it is already inactive."),
+			dangerous(act("stop", "Stop the unit; no change when it is already inactive.")),
 			act("restart", "Restart the unit (starts it when stopped); always a change."),
 			act("reload", "Reload the unit's configuration; fails when the unit is not active."),
 			act("enable", "Enable the unit at boot; no change when already enabled."),
-			act("disable", "Disable the unit at boot; no change when already disabled."),
+			dangerous(act("disable", "Disable the unit at boot; no change when already disabled.")),
 			status,
 		},
 	}

@@ -19,12 +19,14 @@ type Backend struct{}
 // New returns the test backend.
 func New() *Backend { return &Backend{} }
 
-// Schema declares fail and flaky.
+// Schema declares succeed, fail and flaky.
 func (*Backend) Schema() api.BackendSchema {
 	return api.BackendSchema{
 		Name:        "test",
 		Description: "Failure injection for trying strategies, conditions and retries.",
 		Actions: []api.ActionSchema{
+			{Name: "succeed", Description: "Always succeed, replying with the message.", ReadOnly: true, Idempotent: true, CheckMode: true,
+				Params: []api.ParamSchema{{Name: "message", Type: api.TypeString, Default: "succeeded on purpose", Description: "Output to report."}}},
 			{Name: "fail", Description: "Always fail with the message.", ReadOnly: true, CheckMode: true,
 				Params: []api.ParamSchema{{Name: "message", Type: api.TypeString, Default: "failed on purpose", Description: "Error to report."}}},
 			{Name: "flaky", Description: "Fail with the given probability.", ReadOnly: true, Idempotent: true, CheckMode: true,
@@ -33,9 +35,11 @@ func (*Backend) Schema() api.BackendSchema {
 	}
 }
 
-// Run executes fail or flaky.
+// Run executes succeed, fail or flaky.
 func (*Backend) Run(_ context.Context, req *backends.Request) (*backends.Result, error) {
 	switch req.Action {
+	case "succeed":
+		return &backends.Result{Output: req.Params["message"]}, nil
 	case "fail":
 		return nil, errors.New(req.Params["message"])
 	case "flaky":

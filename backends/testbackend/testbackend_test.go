@@ -15,9 +15,16 @@ func TestConformance(t *testing.T) {
 		Backend: b,
 		Samples: map[string]api.Params{"flaky": {"rate": "0"}},
 		Literal: func(t *testing.T, action, param, value string) {
-			_, err := b.Run(context.Background(), &backends.Request{Action: action, Params: api.Params{param: value}})
-			if err == nil || err.Error() != value {
-				t.Errorf("fail %q: got %v", value, err)
+			res, err := b.Run(context.Background(), &backends.Request{Action: action, Params: api.Params{param: value}})
+			switch action {
+			case "succeed":
+				if err != nil || res.Output != value {
+					t.Errorf("succeed %q: got %+v, %v", value, res, err)
+				}
+			default:
+				if err == nil || err.Error() != value {
+					t.Errorf("fail %q: got %v", value, err)
+				}
 			}
 		},
 	})

@@ -61,21 +61,22 @@ echo "==> grid dev --agents 3 --api-addr 127.0.0.1:$port"
 "$bin" dev --agents 3 --api-addr "127.0.0.1:$port" >"$work/dev.log" 2>&1 &
 dev_pid=$!
 
-ready=""
+# grid dev prints the line to paste (GRID_ADDR and the admin GRID_TOKEN)
+# once its agents are online.
+export_line=""
 for _ in $(seq 1 100); do
 	if ! kill -0 "$dev_pid" 2>/dev/null; then
 		echo "demo: grid dev exited" >&2
 		exit 1
 	fi
-	if curl -fsS "$addr/readyz" >/dev/null 2>&1; then
-		ready=1
-		break
-	fi
+	export_line=$(grep -m1 -E '^ *export GRID_ADDR=[^ ]+ GRID_TOKEN=[A-Za-z0-9_-]+$' "$work/dev.log" || true)
+	[[ -n $export_line ]] && break
 	sleep 0.2
 done
-[[ -n $ready ]] || { echo "demo: $addr/readyz did not answer within 20s" >&2; exit 1; }
+[[ -n $export_line ]] || { echo "demo: grid dev printed no export line within 20s" >&2; exit 1; }
+eval "$export_line"
 
-export TF_CLI_CONFIG_FILE="$work/dev.tfrc" GRID_ADDR="$addr" TF_IN_AUTOMATION=1
+export TF_CLI_CONFIG_FILE="$work/dev.tfrc" TF_IN_AUTOMATION=1
 # With dev_overrides for its only provider the configuration needs no
 # terraform init.
 echo "==> terraform apply"

@@ -100,6 +100,11 @@ func Setup(ctx context.Context, opts Options) (*Env, error) {
 		}
 		e.fleet, e.stopCtl = f, stop
 		e.apiURL, e.natsURL = f.APIURL(), f.NATSURL()
+		if opts.Token == "" {
+			// The embedded controller's own admin token.
+			opts.Token = f.AdminToken()
+			e.opts.Token = opts.Token
+		}
 	} else {
 		if opts.NATSURL == "" {
 			_ = os.RemoveAll(dir)

@@ -4,15 +4,21 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gridfleet/terraform-provider-grid/internal/retry"
 )
 
 // ClusterFormTimeout bounds how long a controller waits for a clustered
 // JetStream to elect its meta leader before giving up on the topology.
 const ClusterFormTimeout = 60 * time.Second
+
+// RaiseWait bounds how long a controller retries raising a stream's replicas
+// that JetStream cannot place yet (too few servers up) before it starts with
+// the stream as it is.
+const RaiseWait = 10 * time.Second
 
 // EnsureTopologyRetry creates or updates the streams and buckets like
 // EnsureTopology, retrying each until it succeeds, ctx ends or wait has
@@ -32,44 +38,27 @@ func EnsureTopologyRetry(ctx context.Context, js jetstream.JetStream, t Topology
 	defer cancel()
 	start := time.Now()
 	retried := false
-	streams, buckets := t.configs()
-	var steps []func(context.Context) error
-	for _, sc := range streams {
-		steps = append(steps, func(ctx context.Context) error {
-			if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
-				return fmt.Errorf("stream %s: %w", sc.Name, err)
-			}
-			return nil
-		})
-	}
-	for _, kc := range buckets {
-		steps = append(steps, func(ctx context.Context) error {
-			if _, err := js.CreateOrUpdateKeyValue(ctx, kc); err != nil {
-				return fmt.Errorf("bucket %s: %w", kc.Bucket, err)
-			}
-			return nil
-		})
-	}
+	steps := t.steps(js, log, RaiseWait)
+	// Each try gets a little longer than the last; between tries a short,
+	// jittered pause, so the controllers of a new cluster do not retry in step.
+	tryTimeouts := retry.Policy{Initial: time.Second, Multiplier: 2, Max: 5 * time.Second}
+	pause := retry.Policy{Initial: 300 * time.Millisecond, Jitter: 5.0 / 6} // 50-300ms
 	for _, step := range steps {
-		tryTimeout := time.Second
-		for try := 1; ; try++ {
-			tctx, tcancel := context.WithTimeout(ctx, tryTimeout)
+		err := retry.Do(ctx, pause, func(try int) error {
+			tctx, tcancel := context.WithTimeout(ctx, tryTimeouts.Delay(try))
+			defer tcancel()
 			err := step(tctx)
-			tcancel()
-			if err == nil {
-				break
+			if err != nil {
+				retried = true
+				if try == 1 || try%10 == 0 {
+					log.Info("waiting for JetStream (cluster forming?)", "replicas", t.Replicas, "err", err)
+				}
 			}
-			retried = true
-			if try == 1 || try%10 == 0 {
-				log.Info("waiting for JetStream (cluster forming?)", "replicas", t.Replicas, "err", err)
-			}
-			select {
-			case <-ctx.Done():
-				return fmt.Errorf("JetStream not ready after %s (with replicas %d, at least %d servers of the cluster must be up and routed to each other): %w",
-					time.Since(start).Round(time.Second), t.Replicas, t.Replicas, err)
-			case <-time.After(time.Duration(50+rand.IntN(250)) * time.Millisecond): //nolint:gosec // jitter between retries, not a secret
-			}
-			tryTimeout = min(tryTimeout*2, 5*time.Second)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("JetStream not ready after %s (with replicas %d, at least %d servers of the cluster must be up and routed to each other): %w",
+				time.Since(start).Round(time.Second), t.Replicas, t.Replicas, err)
 		}
 	}
 	if retried {

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/gridfleet/terraform-provider-grid/internal/config"
 )
 
 // Connect dials NATS with reconnects that never give up: an agent or
@@ -15,9 +17,7 @@ func Connect(name string, urls []string, log *slog.Logger, extra ...nats.Option)
 	if len(urls) == 0 {
 		return nil, fmt.Errorf("connect NATS: no server URL")
 	}
-	if log == nil {
-		log = slog.Default()
-	}
+	log = config.Logger(log)
 	opts := []nats.Option{
 		nats.Name(name),
 		nats.MaxReconnects(-1),

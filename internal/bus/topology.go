@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -13,8 +14,13 @@ import (
 
 // Topology sizes the streams and buckets.
 type Topology struct {
-	// Replicas for every stream and bucket (1 on a single server).
+	// Replicas for every stream and bucket (1 on a single server). An
+	// existing stream or bucket with another count is updated to it.
 	Replicas int
+	// NeverLower keeps the replicas of a stream or bucket that already has
+	// more than Replicas: a count the controller chose by itself must not
+	// undo one an operator set.
+	NeverLower bool
 	// CommandsMaxAge and ResultsMaxAge bound how long commands and results
 	// are kept for catch-up and recovery.
 	CommandsMaxAge time.Duration
@@ -30,17 +36,95 @@ func DefaultTopology() Topology {
 
 // EnsureTopology creates or updates the streams and KV buckets of seed 000.
 func EnsureTopology(ctx context.Context, js jetstream.JetStream, t Topology) error {
-	streams, buckets := t.configs()
-	for _, sc := range streams {
-		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
-			return fmt.Errorf("stream %s: %w", sc.Name, err)
+	for _, step := range t.steps(js, nil, 0) {
+		if err := step(ctx); err != nil {
+			return err
 		}
+	}
+	return nil
+}
+
+// steps returns one function per stream and bucket that creates it or
+// updates it to the topology. A stream that has fewer replicas than wanted
+// is raised; when JetStream cannot place more replicas (too few servers up),
+// the stream keeps its count, its other settings are still applied, and log
+// says so, so that a controller restarting in a degraded cluster still
+// starts. raiseWait is how long a refused raise is retried first (the
+// step's caller retries on error): controllers of a cluster start in any
+// order, and the servers that would hold the new replicas may be moments
+// away.
+func (t Topology) steps(js jetstream.JetStream, log *slog.Logger, raiseWait time.Duration) []func(context.Context) error {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	streams, buckets := t.configs()
+	var steps []func(context.Context) error
+	for _, sc := range streams {
+		var refused time.Time
+		steps = append(steps, func(ctx context.Context) error {
+			err := t.ensure(ctx, js, log, &refused, raiseWait, "stream", sc.Name, sc.Name, func(ctx context.Context, replicas int) error {
+				sc.Replicas = replicas
+				_, err := js.CreateOrUpdateStream(ctx, sc)
+				return err
+			})
+			if err != nil {
+				return fmt.Errorf("stream %s: %w", sc.Name, err)
+			}
+			return nil
+		})
 	}
 	for _, kc := range buckets {
-		if _, err := js.CreateOrUpdateKeyValue(ctx, kc); err != nil {
-			return fmt.Errorf("bucket %s: %w", kc.Bucket, err)
-		}
+		var refused time.Time
+		steps = append(steps, func(ctx context.Context) error {
+			err := t.ensure(ctx, js, log, &refused, raiseWait, "bucket", kc.Bucket, KVStream(kc.Bucket), func(ctx context.Context, replicas int) error {
+				kc.Replicas = replicas
+				_, err := js.CreateOrUpdateKeyValue(ctx, kc)
+				return err
+			})
+			if err != nil {
+				return fmt.Errorf("bucket %s: %w", kc.Bucket, err)
+			}
+			return nil
+		})
 	}
+	return steps
+}
+
+// ensure applies one stream's or bucket's config with the replicas it should
+// have. refused holds when JetStream first refused to raise it.
+func (t Topology) ensure(ctx context.Context, js jetstream.JetStream, log *slog.Logger, refused *time.Time, raiseWait time.Duration,
+	kind, name, stream string, apply func(context.Context, int) error) error {
+	want, have, err := t.replicasFor(ctx, js, stream)
+	if err != nil {
+		return err
+	}
+	err = apply(ctx, want)
+	if err == nil {
+		switch {
+		case have > 0 && want > have:
+			log.Info("raised replicas", kind, name, "from", have, "to", want)
+		case have > 0 && want < have:
+			log.Warn("lowered replicas as configured", kind, name, "from", have, "to", want)
+		}
+		return nil
+	}
+	if have == 0 || want <= have || !cannotPlace(err) {
+		return err
+	}
+	if refused.IsZero() {
+		*refused = time.Now()
+	}
+	if time.Since(*refused) < raiseWait {
+		return err
+	}
+	// Keep the count it has; the next start tries again.
+	if err2 := apply(ctx, have); err2 != nil {
+		return err2
+	}
+	log.Warn(fmt.Sprintf("%s %s keeps %d replicas: raising it to %d failed; it is raised at the next start "+
+		"with all servers of the cluster up, or now with: nats stream edit %s --replicas %d",
+		kind, name, have, want, stream, want),
+		kind, name, "replicas", have, "want", want, "err", err)
 	return nil
 }
 
@@ -62,6 +146,7 @@ func (t Topology) configs() ([]jetstream.StreamConfig, []jetstream.KeyValueConfi
 		{Bucket: api.BucketNodes, Description: "node registration and health", History: 1, Replicas: t.Replicas, Storage: jetstream.FileStorage},
 		{Bucket: api.BucketControllers, Description: "controller registration and heartbeat", History: 1, Replicas: t.Replicas, Storage: jetstream.FileStorage},
 		{Bucket: api.BucketSchemas, Description: "backend schema sets by digest", History: 1, Replicas: t.Replicas, Storage: jetstream.FileStorage},
+		{Bucket: api.BucketTokens, Description: "API tokens by name (SHA-256 of the token, role)", History: 1, Replicas: t.Replicas, Storage: jetstream.FileStorage},
 	}
 	return streams, buckets
 }
@@ -84,4 +169,60 @@ func WaitForBucket(ctx context.Context, js jetstream.JetStream, name string) (je
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
+}
+
+// Names lists the topology's streams and buckets (by bucket name), in the
+// order they are created.
+func (t Topology) Names() (streams, buckets []string) {
+	ss, bs := t.configs()
+	for _, s := range ss {
+		streams = append(streams, s.Name)
+	}
+	for _, b := range bs {
+		buckets = append(buckets, b.Bucket)
+	}
+	return streams, buckets
+}
+
+// KVStream is the name of the stream that holds a KV bucket.
+func KVStream(bucket string) string { return "KV_" + bucket }
+
+// replicasFor returns the replicas to ask of stream (Replicas, or the
+// stream's own count when NeverLower keeps a higher one) and the count it
+// has now (0 when it does not exist yet).
+func (t Topology) replicasFor(ctx context.Context, js jetstream.JetStream, stream string) (want, have int, err error) {
+	s, err := js.Stream(ctx, stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return t.Replicas, 0, nil
+	}
+	if err != nil {
+		return 0, 0, err
+	}
+	have = s.CachedInfo().Config.Replicas
+	return t.wantReplicas(have), have, nil
+}
+
+// wantReplicas is the count to ask of a stream that has have (0: none yet).
+func (t Topology) wantReplicas(have int) int {
+	if t.NeverLower && have > t.Replicas {
+		return have
+	}
+	return t.Replicas
+}
+
+// cannotPlace reports whether JetStream refused a replica count for good
+// (not enough servers or resources for it, or no cluster at all), as opposed
+// to a cluster that is still forming.
+func cannotPlace(err error) bool {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	switch apiErr.ErrorCode {
+	case 10005, // no suitable peers for placement
+		10023, // insufficient resources
+		10074: // replicas > 1 not supported in non-clustered mode
+		return true
+	}
+	return false
 }

@@ -45,6 +45,21 @@ func DefaultGroups(i int) []string {
 	return []string{"db.prod"}
 }
 
+// DevCheckOnly are the backends a dev fleet's agents run only in check
+// mode: they act on the real host, so there they report what they would
+// change and change nothing.
+var DevCheckOnly = []string{"apt", "systemd"}
+
+// DevAgent configures an agent of grid dev so that it never changes the
+// host: apt and systemd run in check mode only; file and net's resolver
+// file stay in the agent's sandbox (every fleet agent has one); dangerous
+// actions stay off (no allow list) and exec has no programs.
+func DevAgent(_ int, cfg *agent.Config) {
+	cfg.CheckOnly = DevCheckOnly
+	cfg.Allow = nil
+	cfg.Backends.Programs = nil
+}
+
 // Fleet is a running controller with its agents.
 type Fleet struct {
 	Controller *controller.Controller
@@ -119,7 +134,7 @@ func Start(ctx context.Context, opts Options) (*Fleet, error) {
 		stopCtl()
 	}()
 	f.Controller = ctl
-	f.client, err = api.NewClient(api.ClientConfig{Address: ctl.APIURL(), Timeout: 30 * time.Second})
+	f.client, err = api.NewClient(api.ClientConfig{Address: ctl.APIURL(), Token: ctl.AdminToken(), Timeout: 30 * time.Second})
 	if err != nil {
 		stopCtl()
 		return nil, err
@@ -150,8 +165,18 @@ func (f *Fleet) APIURL() string { return f.Controller.APIURL() }
 // NATSURL is the embedded NATS server's client URL.
 func (f *Fleet) NATSURL() string { return f.Controller.NATSURL() }
 
-// Client is an API client for the controller.
+// Client is an API client for the controller, with the admin token.
 func (f *Fleet) Client() *api.Client { return f.client }
+
+// AdminToken is the controller's admin API token (also in its data dir,
+// file controller.AdminTokenFile).
+func (f *Fleet) AdminToken() string { return f.Controller.AdminToken() }
+
+// ClientWithToken is an API client for the controller that sends tok.
+func (f *Fleet) ClientWithToken(tok string) *api.Client {
+	c, _ := api.NewClient(api.ClientConfig{Address: f.APIURL(), Token: tok, Timeout: 30 * time.Second})
+	return c
+}
 
 // DataDir is where the fleet keeps its state.
 func (f *Fleet) DataDir() string { return f.dataDir }
@@ -212,12 +237,9 @@ func (f *Fleet) Agent(name string) *agent.Agent {
 
 // StopAgent shuts an agent down gracefully and waits for it.
 func (f *Fleet) StopAgent(name string) error {
-	f.mu.Lock()
-	m := f.agents[name]
-	delete(f.agents, name)
-	f.mu.Unlock()
-	if m == nil {
-		return fmt.Errorf("no agent %s", name)
+	m, err := f.takeAgent(name)
+	if err != nil {
+		return err
 	}
 	m.cancel()
 	<-m.agent.Done()
@@ -227,16 +249,25 @@ func (f *Fleet) StopAgent(name string) error {
 // KillAgent drops an agent's connection without deregistering, as a crash
 // would.
 func (f *Fleet) KillAgent(name string) error {
+	m, err := f.takeAgent(name)
+	if err != nil {
+		return err
+	}
+	m.agent.Kill()
+	m.cancel()
+	return nil
+}
+
+// takeAgent removes a running agent from the fleet and returns it.
+func (f *Fleet) takeAgent(name string) (*member, error) {
 	f.mu.Lock()
 	m := f.agents[name]
 	delete(f.agents, name)
 	f.mu.Unlock()
 	if m == nil {
-		return fmt.Errorf("no agent %s", name)
+		return nil, fmt.Errorf("no agent %s", name)
 	}
-	m.agent.Kill()
-	m.cancel()
-	return nil
+	return m, nil
 }
 
 // WaitOnline waits until the controller sees every named node online.

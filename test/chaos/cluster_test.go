@@ -14,8 +14,9 @@ import (
 	"github.com/gridfleet/terraform-provider-grid/api"
 )
 
-// Three controllers form one NATS cluster (R3 streams and buckets), four
-// agents know all three servers. 300 short jobs go in round robin through
+// Three controllers form one NATS cluster, four agents know all three
+// servers. The controllers' configs set no replicas: the default for a
+// cluster of three (R3 streams and buckets) must carry the loss of one. 300 short jobs go in round robin through
 // the three APIs; one controller is killed with SIGKILL while they run.
 // Every job must end, none may be lost, and no (job, step, node) may run
 // twice: the agents' logs have one "task started" per step and node.
@@ -26,7 +27,7 @@ func TestClusterSurvivesControllerKill(t *testing.T) {
 	// node_offline_after stays at the harness's 5s: liveness comes from
 	// received heartbeats, not from the node watch that stalls for several
 	// seconds while it moves off the dead server.
-	specs := newCtlSpecs(t, dir, 3, 3)
+	specs := newCtlSpecs(t, dir, 3, 0)
 	ctls := make([]*proc, len(specs))
 	startAt := time.Now()
 	for i, s := range specs {
@@ -40,7 +41,7 @@ func TestClusterSurvivesControllerKill(t *testing.T) {
 	clients := make([]*api.Client, len(specs))
 	for i, s := range specs {
 		urls[i] = s.natsURL()
-		clients[i] = client(t, s.apiURL())
+		clients[i] = client(t, s)
 	}
 	var agents []*proc
 	var names []string
@@ -57,6 +58,8 @@ func TestClusterSurvivesControllerKill(t *testing.T) {
 		names = append(names, name)
 	}
 	waitNodes(t, clients[0], 30*time.Second, names...)
+	// The default gave every stream and bucket three replicas.
+	checkStreams(t, clients[0], 3, 3)
 
 	rng := rand.New(rand.NewPCG(7, 11))
 	specsFor := make([]*api.JobSpec, jobs)
@@ -234,6 +237,8 @@ func TestClusterSurvivesControllerKill(t *testing.T) {
 			}
 		}
 	}
+	// Every stream kept a leader and two current replicas of three.
+	checkStreams(t, survivor, 3, 2)
 	// The remaining controllers still agree on the state of the world.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -251,6 +256,36 @@ func TestClusterSurvivesControllerKill(t *testing.T) {
 				t.Errorf("killed controller still looks alive: %+v", ci)
 			}
 		}
+	}
+}
+
+// checkStreams checks, through a controller's GET /status, that every
+// stream and bucket has the given replicas, a leader and (within a while
+// after a server's loss) the given number of current replicas.
+func checkStreams(t *testing.T, cl *api.Client, replicas, current int) {
+	t.Helper()
+	var last []api.StreamHealth
+	ok := func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		st, err := cl.Status(ctx)
+		if err != nil || len(st.Streams) == 0 {
+			return false
+		}
+		last = st.Streams
+		for _, h := range st.Streams {
+			if !h.HasLeader || h.Replicas != replicas || h.Current != current {
+				return false
+			}
+		}
+		return true
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("streams not at %d replicas with %d current and a leader: %+v", replicas, current, last)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 

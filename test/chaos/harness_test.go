@@ -22,6 +22,8 @@ import (
 	"time"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
+	"github.com/gridfleet/terraform-provider-grid/controller"
+	"github.com/gridfleet/terraform-provider-grid/internal/testwait"
 )
 
 // gridBin is the binary under test; empty when the chaos tests are off.
@@ -198,7 +200,7 @@ type ctlSpec struct {
 	extra                      map[string]string // more config keys (yaml scalars)
 	cluster                    bool
 	routes                     []string
-	replicas                   int
+	replicas                   int // 0: no replicas key (the controller chooses)
 	nodeOffline, staleAfter    string
 	heartbeat, grace, flushInt string
 }
@@ -214,7 +216,11 @@ func (s *ctlSpec) writeConfig(t *testing.T, dir string) string {
 	fmt.Fprintf(&b, "node_offline_after: %s\ncontroller_stale_after: %s\nheartbeat_interval: %s\nresult_grace: %s\nflush_interval: %s\n",
 		or(s.nodeOffline, "5s"), or(s.staleAfter, "3s"), or(s.heartbeat, "500ms"), or(s.grace, "10s"), or(s.flushInt, "50ms"))
 	if s.cluster {
-		fmt.Fprintf(&b, "cluster_name: chaos\ncluster_addr: 127.0.0.1:%d\nreplicas: %d\nroutes:\n", s.clPort, s.replicas)
+		fmt.Fprintf(&b, "cluster_name: chaos\ncluster_addr: 127.0.0.1:%d\n", s.clPort)
+		if s.replicas > 0 {
+			fmt.Fprintf(&b, "replicas: %d\n", s.replicas)
+		}
+		b.WriteString("routes:\n")
 		for _, r := range s.routes {
 			fmt.Fprintf(&b, "  - %s\n", r)
 		}
@@ -237,7 +243,7 @@ func or(v, def string) string {
 }
 
 // newCtlSpecs returns n controller specs with free ports; with n > 1 they
-// form one NATS cluster with the given replicas.
+// form one NATS cluster with the given replicas (0: none in the config).
 func newCtlSpecs(t *testing.T, dir string, n, replicas int) []*ctlSpec {
 	t.Helper()
 	specs := make([]*ctlSpec, n)
@@ -273,9 +279,15 @@ func startAgent(t *testing.T, dir, name string, groups []string, urls []string, 
 	return startProc(t, dir, name, "agent", "--config", path, "--log-format", "json")
 }
 
-func client(t *testing.T, url string) *api.Client {
+// client is an API client of the controller s, with the admin token it
+// wrote to its data dir at first start.
+func client(t *testing.T, s *ctlSpec) *api.Client {
 	t.Helper()
-	cl, err := api.NewClient(api.ClientConfig{Address: url, Timeout: 10 * time.Second})
+	tok, err := os.ReadFile(filepath.Join(s.dataDir, controller.AdminTokenFile))
+	if err != nil {
+		t.Fatalf("admin token of %s: %v", s.name, err)
+	}
+	cl, err := api.NewClient(api.ClientConfig{Address: s.apiURL(), Token: strings.TrimSpace(string(tok)), Timeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -320,13 +332,7 @@ func waitNodes(t *testing.T, cl *api.Client, d time.Duration, names ...string) {
 
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testwait.Until(t, d, 100*time.Millisecond, what, cond)
 }
 
 // taskKey is one run of one step on one node.

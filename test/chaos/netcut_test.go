@@ -171,7 +171,7 @@ func TestNetworkCutBetweenAgentAndNATS(t *testing.T) {
 	j3 := waitJob(t, cl, abandoned.ID, 40*time.Second)
 	r := nodeResult(j3, 0, "edge-1")
 	t.Logf("cut of 9s: job %s %s: %s %q", j3.ID, j3.Status, r.Status, r.Error)
-	if j3.Status != api.JobFailed || r.Status != api.StepFailed {
+	if j3.Status != api.JobFailed || r.Status != api.StepUnreachable {
 		t.Errorf("job during a long cut: %s %s", j3.Status, describeFailures(j3))
 	}
 	// The agent comes back and keeps working, without running the

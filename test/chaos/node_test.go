@@ -19,7 +19,7 @@ func oneController(t *testing.T, dir string, spec func(*ctlSpec), agents ...stri
 	}
 	c := startController(t, dir, s)
 	waitReady(t, s.apiURL(), 60*time.Second)
-	cl := client(t, s.apiURL())
+	cl := client(t, s)
 	procs := map[string]*proc{}
 	for _, name := range agents {
 		procs[name] = startAgent(t, dir, name, []string{"web"}, []string{s.natsURL()}, "1s")
@@ -79,14 +79,14 @@ func TestAgentKilledMidTask(t *testing.T) {
 	r := nodeResult(done, 0, "node-2")
 	var failedAt time.Time
 	for _, e := range r.Events {
-		if e.Status == api.StepFailed {
+		if e.Status == api.StepUnreachable {
 			failedAt = e.Time
 		}
 	}
 	t.Logf("job %s %s; node-2: %s %q %s after the kill; job done %s after the kill",
 		done.ID, done.Status, r.Status, r.Error, failedAt.Sub(killed).Round(time.Millisecond), time.Since(killed).Round(time.Millisecond))
-	if r.Status != api.StepFailed || !strings.Contains(r.Error, "unreachable") {
-		t.Fatalf("node-2 step 0: %s %q, want failed unreachable", r.Status, r.Error)
+	if r.Status != api.StepUnreachable || !strings.Contains(r.Error, "went offline") {
+		t.Fatalf("node-2 step 0: %s %q, want unreachable", r.Status, r.Error)
 	}
 	// Heartbeat 1s, offline after 4s: well within the task's 30s timeout.
 	if d := failedAt.Sub(killed); d > 10*time.Second {

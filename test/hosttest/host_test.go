@@ -463,7 +463,9 @@ func waitSystemd(ct string, timeout time.Duration) (string, error) {
 // startAgent starts grid agent in the container, logging to a file.
 func startAgent(t *testing.T, ct, natsURL string) {
 	t.Helper()
-	cmd := fmt.Sprintf("exec /usr/local/bin/grid agent --name %s --groups hosttest --nats %s >/var/log/grid-agent.log 2>&1",
+	// --allow '*' enables the dangerous actions (apt remove, systemd stop)
+	// the test exercises; the container is disposable.
+	cmd := fmt.Sprintf("exec /usr/local/bin/grid agent --name %s --groups hosttest --allow '*' --nats %s >/var/log/grid-agent.log 2>&1",
 		node, natsURL)
 	if out, err := exec.Command("docker", "exec", "-d", ct, "/bin/sh", "-c", cmd).CombinedOutput(); err != nil {
 		t.Fatalf("start the agent: %v: %s", err, out)

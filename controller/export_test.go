@@ -1,0 +1,19 @@
+package controller
+
+import "github.com/gridfleet/terraform-provider-grid/api"
+
+// RouteRole is one API route and the role it needs, for tests.
+type RouteRole struct {
+	Pattern string
+	Role    api.Role
+}
+
+// APIRoutes lists the API's routes with their roles, so the tests check
+// every route, including ones added later.
+func (c *Controller) APIRoutes() []RouteRole {
+	var out []RouteRole
+	for _, rt := range c.apiRoutes() {
+		out = append(out, RouteRole{rt.pattern, rt.role})
+	}
+	return out
+}

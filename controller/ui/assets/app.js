@@ -1,0 +1,663 @@
+// GRID dashboard: plain JavaScript, no libraries. Every byte of data comes
+// from the controller's API with the token the user signed in with
+// (Authorization: Bearer); the token lives in sessionStorage, so it is gone
+// when the tab closes. Data is written into the page with textContent only.
+'use strict';
+
+(function () {
+  const TOKEN_KEY = 'grid.token';
+  const NEXT_KEY = 'grid.next';
+  // The API is served from the same origin, at the path the UI is mounted
+  // under with "/ui/…" taken off (a proxy may add a prefix).
+  const BASE = location.pathname.replace(/\/ui\/.*$/, '');
+  const REFRESH_MS = 2000;
+  const GRID_PAGE = 100;
+
+  const $ = (id) => document.getElementById(id);
+  const el = (tag, attrs, ...kids) => {
+    const e = document.createElement(tag);
+    if (attrs) {
+      for (const [k, v] of Object.entries(attrs)) {
+        if (v === undefined || v === null || v === false) continue;
+        if (k === 'class') e.className = v;
+        else if (k === 'text') e.textContent = v;
+        else e.setAttribute(k, v === true ? '' : v);
+      }
+    }
+    for (const k of kids) if (k !== null && k !== undefined) e.append(k);
+    return e;
+  };
+
+  // ---- auth and API ------------------------------------------------------
+
+  const token = () => sessionStorage.getItem(TOKEN_KEY) || '';
+
+  class AuthError extends Error {}
+  class APIError extends Error {
+    constructor(status, msg) { super(msg); this.status = status; }
+  }
+
+  async function errorText(res) {
+    const text = await res.text().catch(() => '');
+    try {
+      const j = JSON.parse(text);
+      if (j && j.error) return j.error;
+    } catch (_) { /* not JSON */ }
+    return text.trim() || (res.status + ' ' + res.statusText);
+  }
+
+  // api fetches a route. A 401 (no or unknown token), or a 403 on a read
+  // (the token may not view), signs the user out with the server's message.
+  // A 403 on a change (cancel) is the caller's to show: the token may view
+  // but not act.
+  async function api(path, opts = {}) {
+    const res = await fetch(BASE + path, {
+      method: opts.method || 'GET',
+      headers: { 'Authorization': 'Bearer ' + token(), 'Accept': opts.accept || 'application/json' },
+      signal: opts.signal,
+      cache: 'no-store',
+    });
+    const change = (opts.method || 'GET') !== 'GET';
+    if (res.status === 401 || (res.status === 403 && !change)) {
+      const msg = await errorText(res);
+      signOut((res.status === 401 ? 'Sign-in needed: ' : 'Not allowed: ') + msg);
+      throw new AuthError(msg);
+    }
+    if (!res.ok) throw new APIError(res.status, await errorText(res));
+    return opts.raw ? res : res.json();
+  }
+
+  function signOut(msg) {
+    sessionStorage.removeItem(TOKEN_KEY);
+    const h = location.hash;
+    if (h && !h.startsWith('#/signin')) sessionStorage.setItem(NEXT_KEY, h);
+    signinMessage = msg || '';
+    if (location.hash === '#/signin') route(); else location.hash = '#/signin';
+  }
+
+  // ---- small formatting helpers -----------------------------------------
+
+  function ago(iso, now) {
+    if (!iso) return '';
+    const t = Date.parse(iso);
+    if (!t || t < 0) return '';
+    let s = Math.max(0, Math.round(((now || Date.now()) - t) / 1000));
+    if (s < 60) return s + ' s ago';
+    if (s < 3600) return Math.floor(s / 60) + ' min ago';
+    if (s < 86400) return Math.floor(s / 3600) + ' h ago';
+    return Math.floor(s / 86400) + ' d ago';
+  }
+  function took(a, b) {
+    if (!a) return '';
+    const ms = (b ? Date.parse(b) : Date.now()) - Date.parse(a);
+    if (!(ms >= 0)) return '';
+    if (ms < 1000) return ms + ' ms';
+    if (ms < 60000) return (ms / 1000).toFixed(1) + ' s';
+    return Math.floor(ms / 60000) + ' min ' + Math.round((ms % 60000) / 1000) + ' s';
+  }
+  const stamp = (iso) => iso ? new Date(iso).toLocaleString() : '';
+  const label = (s) => String(s || 'none').replace(/_/g, ' ');
+  const badge = (s) => el('span', { class: 'st st-' + (s || 'none'), text: label(s) });
+  const target = (t) => t ? (t.value ? t.scope + ':' + t.value : t.scope) : '';
+  const num = (n) => Number(n || 0).toLocaleString('en-US');
+  function showMsg(id, msg, info) {
+    const p = $(id);
+    p.textContent = msg || '';
+    p.hidden = !msg;
+    p.classList.toggle('info', !!info);
+  }
+  function qs(params) {
+    const u = new URLSearchParams();
+    for (const [k, v] of Object.entries(params)) if (v !== '' && v !== undefined && v !== null) u.set(k, v);
+    return u.toString();
+  }
+
+  // ---- routing -----------------------------------------------------------
+
+  // view holds what the shown view runs (timers, a stream); leaving the
+  // view stops it.
+  let view = null;
+  let signinMessage = '';
+
+  function leave() {
+    if (view) {
+      view.stopped = true;
+      if (view.abort) view.abort.abort();
+      clearTimeout(view.timer);
+      view = null;
+    }
+  }
+
+  function show(name, heading) {
+    for (const s of document.querySelectorAll('.view')) s.hidden = s.id !== 'view-' + name;
+    for (const a of document.querySelectorAll('.top nav a')) {
+      const on = (name === 'job' ? 'jobs' : name) === a.id.slice(4);
+      if (on) a.setAttribute('aria-current', 'page'); else a.removeAttribute('aria-current');
+    }
+    $('signout').hidden = name === 'signin';
+    document.title = heading + ' · GRID';
+    // Move focus to the new view's heading so keyboard and screen reader
+    // users start there, unless the user is typing in a field.
+    const h = $(name + '-h');
+    if (h && !(document.activeElement && /INPUT|SELECT/.test(document.activeElement.tagName))) h.focus();
+  }
+
+  function route() {
+    leave();
+    const h = location.hash || '#/fleet';
+    if (!token() && !h.startsWith('#/signin')) {
+      sessionStorage.setItem(NEXT_KEY, h);
+      location.hash = '#/signin';
+      return;
+    }
+    view = { stopped: false, abort: new AbortController(), timer: 0 };
+    let m;
+    if (h.startsWith('#/signin')) signinView();
+    else if ((m = /^#\/job\/([^/?#]+)/.exec(h))) jobView(decodeURIComponent(m[1]), view);
+    else if (h.startsWith('#/jobs')) jobsView(view);
+    else fleetView(view);
+  }
+
+  // ---- sign in -----------------------------------------------------------
+
+  function signinView() {
+    show('signin', 'Sign in');
+    showMsg('signin-msg', signinMessage);
+    $('token').value = '';
+    $('token').focus();
+  }
+
+  $('signin-form').addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    const t = $('token').value.trim();
+    if (!t) { showMsg('signin-msg', 'Paste a token first.'); return; }
+    sessionStorage.setItem(TOKEN_KEY, t);
+    $('signin-submit').disabled = true;
+    try {
+      // A read route proves the token before the views start.
+      await api('/status');
+      signinMessage = '';
+      const next = sessionStorage.getItem(NEXT_KEY) || '#/fleet';
+      sessionStorage.removeItem(NEXT_KEY);
+      location.hash = next.startsWith('#/signin') ? '#/fleet' : next;
+    } catch (e) {
+      if (!(e instanceof AuthError)) {
+        sessionStorage.removeItem(TOKEN_KEY);
+        showMsg('signin-msg', 'Could not reach the controller: ' + e.message);
+      }
+    } finally {
+      $('signin-submit').disabled = false;
+    }
+  });
+
+  $('signout').addEventListener('click', () => signOut('Signed out.'));
+
+  // ---- fleet -------------------------------------------------------------
+
+  const fleet = { offset: 0, limit: 100, matched: 0 };
+
+  function fleetView(v) {
+    show('fleet', 'Fleet');
+    loadFleet(v);
+  }
+
+  function fleetFilters() {
+    return { q: $('fleet-q').value.trim(), group: $('fleet-group').value, status: $('fleet-status').value, backend: $('fleet-backend').value };
+  }
+
+  async function loadFleet(v) {
+    if (v.stopped) return;
+    clearTimeout(v.timer);
+    const t0 = performance.now();
+    const seq = (v.seq = (v.seq || 0) + 1);
+    try {
+      const p = await api('/fleet?' + qs({ ...fleetFilters(), limit: fleet.limit, offset: fleet.offset }), { signal: v.abort.signal });
+      if (v.stopped || seq !== v.seq) return;
+      showMsg('fleet-msg', '');
+      renderFleet(p);
+      // Rendered once the browser has laid the page out and painted.
+      requestAnimationFrame(() => setTimeout(() => {
+        const ms = Math.round(performance.now() - t0);
+        document.body.dataset.fleetRenderMs = String(ms);
+        document.body.dataset.fleetRenders = String(Number(document.body.dataset.fleetRenders || 0) + 1);
+      }, 0));
+    } catch (e) {
+      if (e instanceof AuthError || e.name === 'AbortError') return;
+      showMsg('fleet-msg', 'Could not load the fleet: ' + e.message + ' (retrying)');
+    }
+    if (!v.stopped && seq === v.seq) v.timer = setTimeout(() => loadFleet(v), REFRESH_MS);
+  }
+
+  function fillSelect(sel, values, allLabel) {
+    const cur = sel.value;
+    const want = [''].concat(values.map((x) => x.value));
+    const have = Array.from(sel.options).map((o) => o.value + '\u0000' + o.textContent);
+    const next = [allLabel].concat(values.map((x) => x.label));
+    if (have.join('|') === want.map((w, i) => w + '\u0000' + next[i]).join('|')) return;
+    sel.replaceChildren(...want.map((w, i) => el('option', { value: w, text: next[i] })));
+    // Keep the chosen filter even if nothing has it any more.
+    if (cur && !want.includes(cur)) sel.append(el('option', { value: cur, text: cur }));
+    sel.value = cur;
+  }
+
+  function renderFleet(p) {
+    const now = Date.parse(p.time) || Date.now();
+    $('fleet-total').textContent = num(p.total);
+    $('fleet-online').textContent = num(p.online);
+    $('fleet-offline').textContent = num(p.offline);
+    const groups = p.groups || [];
+    fillSelect($('fleet-group'), groups.map((g) => ({ value: g.group, label: g.group + ' (' + num(g.total) + ')' })), 'All groups');
+    fillSelect($('fleet-backend'), (p.backends || []).map((b) => ({ value: b.name, label: b.name + ' (' + num(b.nodes) + ')' })), 'Any');
+
+    const gb = document.createDocumentFragment();
+    for (const g of groups) {
+      const depth = g.group.split('.').length - 1;
+      const btn = el('button', { type: 'button', class: 'group-btn', 'data-group': g.group, text: g.group,
+        'aria-label': 'Show group ' + g.group });
+      btn.style.marginLeft = depth + 'em';
+      gb.append(el('tr', null, el('td', null, btn), el('td', { class: 'num', text: num(g.online) }),
+        el('td', { class: 'num', text: num(g.offline) })));
+    }
+    $('groups-table').tBodies[0].replaceChildren(gb);
+    $('versions').replaceChildren(...(p.versions || []).map((x) => el('li', { text: (x.name || 'unknown') + ': ' + num(x.nodes) })));
+
+    const rows = document.createDocumentFragment();
+    for (const n of p.nodes) {
+      rows.append(el('tr', { 'data-node': n.id },
+        el('th', { scope: 'row', class: 'mono', text: n.id }),
+        el('td', { class: 'status' }, badge(n.status)),
+        el('td', { text: (n.groups || []).join(', ') }),
+        el('td', { text: (n.backends || []).join(', ') }),
+        el('td', { text: n.version || '' }),
+        el('td', { title: n.last_seen, text: ago(n.last_seen, now) })));
+    }
+    if (!p.nodes.length) rows.append(el('tr', null, el('td', { colspan: '6', class: 'muted', text: 'No node matches.' })));
+    $('fleet-table').tBodies[0].replaceChildren(rows);
+    fleet.matched = p.matched;
+    if (p.offset >= p.matched && p.matched > 0) { fleet.offset = 0; }
+    const end = Math.min(p.offset + p.nodes.length, p.matched);
+    $('fleet-count').textContent = p.matched ? (num(p.offset + 1) + '–' + num(end) + ' of ' + num(p.matched) + ' nodes') : '0 nodes';
+    $('fleet-prev').disabled = p.offset <= 0;
+    $('fleet-next').disabled = end >= p.matched;
+  }
+
+  function refilterFleet() { fleet.offset = 0; if (view) loadFleet(view); }
+  let fleetTyping = 0;
+  $('fleet-q').addEventListener('input', () => { clearTimeout(fleetTyping); fleetTyping = setTimeout(refilterFleet, 200); });
+  $('fleet-filters').addEventListener('submit', (e) => { e.preventDefault(); refilterFleet(); });
+  for (const id of ['fleet-group', 'fleet-status', 'fleet-backend']) $(id).addEventListener('change', refilterFleet);
+  $('groups-table').addEventListener('click', (e) => {
+    const b = e.target.closest('button[data-group]');
+    if (!b) return;
+    $('fleet-group').value = b.dataset.group;
+    refilterFleet();
+  });
+  $('fleet-prev').addEventListener('click', () => { fleet.offset = Math.max(0, fleet.offset - fleet.limit); loadFleet(view); });
+  $('fleet-next').addEventListener('click', () => { fleet.offset += fleet.limit; loadFleet(view); });
+
+  // ---- jobs --------------------------------------------------------------
+
+  const jobs = { offset: 0, limit: 50 };
+  const JOB_STATES = ['pending', 'running', 'completed', 'partial_failure', 'failed', 'cancelled'];
+
+  function jobsView(v) {
+    show('jobs', 'Jobs');
+    loadJobs(v);
+  }
+
+  async function loadJobs(v) {
+    if (v.stopped) return;
+    clearTimeout(v.timer);
+    const seq = (v.seq = (v.seq || 0) + 1);
+    try {
+      const p = await api('/jobs/page?' + qs({ q: $('jobs-q').value.trim(), status: $('jobs-status').value, limit: jobs.limit, offset: jobs.offset }),
+        { signal: v.abort.signal });
+      if (v.stopped || seq !== v.seq) return;
+      showMsg('jobs-msg', '');
+      renderJobs(p);
+    } catch (e) {
+      if (e instanceof AuthError || e.name === 'AbortError') return;
+      showMsg('jobs-msg', 'Could not load jobs: ' + e.message + ' (retrying)');
+    }
+    if (!v.stopped && seq === v.seq) v.timer = setTimeout(() => loadJobs(v), REFRESH_MS);
+  }
+
+  function renderJobs(p) {
+    const states = JOB_STATES.concat(Object.keys(p.counts || {}).filter((s) => !JOB_STATES.includes(s)));
+    fillSelect($('jobs-status'), states.map((s) => ({ value: s, label: label(s) + ' (' + num((p.counts || {})[s]) + ')' })), 'Any (' + num(p.total) + ')');
+    const rows = document.createDocumentFragment();
+    for (const j of p.jobs) {
+      const tasks = j.tasks || [];
+      rows.append(el('tr', { 'data-job': j.id },
+        el('th', { scope: 'row', class: 'mono' }, el('a', { href: '#/job/' + encodeURIComponent(j.id), text: j.id })),
+        el('td', { class: 'status' }, badge(j.status)),
+        el('td', { text: target(j.target) }),
+        el('td', { text: tasks.slice(0, 3).join(', ') + (tasks.length > 3 ? ' +' + (tasks.length - 3) : '') }),
+        el('td', { class: 'num', text: num(j.nodes) }),
+        el('td', { class: 'submitter', text: j.submitted_by || '—' }),
+        el('td', { title: j.created_at, text: ago(j.created_at) }),
+        el('td', { text: took(j.started_at, j.finished_at) })));
+    }
+    if (!p.jobs.length) rows.append(el('tr', null, el('td', { colspan: '8', class: 'muted', text: 'No job matches.' })));
+    $('jobs-table').tBodies[0].replaceChildren(rows);
+    const end = Math.min(p.offset + p.jobs.length, p.matched);
+    $('jobs-count').textContent = p.matched ? (num(p.offset + 1) + '–' + num(end) + ' of ' + num(p.matched) + ' jobs') : '0 jobs';
+    $('jobs-prev').disabled = p.offset <= 0;
+    $('jobs-next').disabled = end >= p.matched;
+  }
+
+  function refilterJobs() { jobs.offset = 0; if (view) loadJobs(view); }
+  let jobsTyping = 0;
+  $('jobs-q').addEventListener('input', () => { clearTimeout(jobsTyping); jobsTyping = setTimeout(refilterJobs, 200); });
+  $('jobs-filters').addEventListener('submit', (e) => { e.preventDefault(); refilterJobs(); });
+  $('jobs-status').addEventListener('change', refilterJobs);
+  $('jobs-prev').addEventListener('click', () => { jobs.offset = Math.max(0, jobs.offset - jobs.limit); loadJobs(view); });
+  $('jobs-next').addEventListener('click', () => { jobs.offset += jobs.limit; loadJobs(view); });
+
+  // ---- one job, live -----------------------------------------------------
+
+  // The job view keeps the job as streamed and patches only the grid cells
+  // whose result changed, at most once a frame, so a job over 1,000 nodes
+  // stays responsive.
+  let jv = null;
+
+  // node-2 before node-10.
+  const byName = new Intl.Collator('en', { numeric: true }).compare;
+
+  function flatten(phases) {
+    const out = [];
+    const walk = (ps) => {
+      for (const p of ps || []) {
+        if (p.tasks && p.tasks.length) walk(p.tasks);
+        else out.push(p.backend + '.' + p.action);
+      }
+    };
+    walk(phases);
+    return out;
+  }
+
+  function jobView(id, v) {
+    show('job', 'Job ' + id);
+    $('job-h').textContent = 'Job ' + id;
+    showMsg('job-msg', '');
+    $('job-meta').replaceChildren();
+    $('job-summary').textContent = '';
+    $('job-grid').tHead.replaceChildren();
+    $('job-grid').tBodies[0].replaceChildren();
+    $('cell').hidden = true;
+    $('job-status').replaceChildren(badge('pending'));
+    cancelArmed(false);
+    $('job-cancel').hidden = true;
+    jv = { id, v, job: null, steps: [], nodes: [], cells: new Map(), dirty: new Set(), frame: 0, page: 0, selected: null, ended: false };
+    stream(jv, 0);
+  }
+
+  // stream reads GET /job/{id}/events with fetch: EventSource cannot send
+  // the Authorization header.
+  async function stream(s, attempt) {
+    if (s.v.stopped) return;
+    $('job-live').textContent = attempt ? 'Reconnecting…' : 'Connecting…';
+    let res;
+    try {
+      res = await api('/job/' + encodeURIComponent(s.id) + '/events', { signal: s.v.abort.signal, raw: true, accept: 'text/event-stream' });
+    } catch (e) {
+      if (e instanceof AuthError || e.name === 'AbortError') return;
+      if (e.status === 404) { showMsg('job-msg', e.message); $('job-live').textContent = ''; return; }
+      return retryStream(s, attempt, e.message);
+    }
+    $('job-live').textContent = 'Live';
+    const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+    let buf = '';
+    try {
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        const t0 = performance.now();
+        buf += value;
+        let i;
+        while ((i = buf.indexOf('\n\n')) >= 0) {
+          const block = buf.slice(0, i);
+          buf = buf.slice(i + 2);
+          let event = 'message';
+          const data = [];
+          for (const line of block.split('\n')) {
+            if (line.startsWith('event:')) event = line.slice(6).trim();
+            else if (line.startsWith('data:')) data.push(line.slice(5).replace(/^ /, ''));
+          }
+          if (data.length) onEvent(s, event, JSON.parse(data.join('\n')));
+        }
+        busy(t0);
+      }
+    } catch (e) {
+      if (e.name === 'AbortError' || s.v.stopped) return;
+    }
+    if (s.ended || s.v.stopped) return;
+    retryStream(s, attempt, 'the stream closed');
+  }
+
+  function retryStream(s, attempt, why) {
+    const wait = Math.min(10000, 500 * Math.pow(2, attempt));
+    $('job-live').textContent = 'Disconnected (' + why + '); reconnecting…';
+    s.v.timer = setTimeout(() => stream(s, attempt + 1), wait);
+  }
+
+  function onEvent(s, event, data) {
+    if (event === 'job') {
+      s.job = data;
+      s.job.results = s.job.results || {};
+      layoutGrid(s);
+    } else if (event === 'update') {
+      if (data.job) {
+        const results = s.job.results;
+        const grew = (data.job.expected || []).length !== (s.job.expected || []).length;
+        s.job = Object.assign(data.job, { results });
+        if (grew) { layoutGrid(s); }
+      }
+      for (const [step, nodes] of Object.entries(data.results || {})) {
+        const row = s.job.results[step] || (s.job.results[step] = {});
+        for (const [node, r] of Object.entries(nodes)) {
+          row[node] = r;
+          if (!s.nodeSet.has(node)) { s.nodeSet.add(node); s.relayout = true; }
+          s.dirty.add(step + '|' + node);
+        }
+      }
+      if (s.relayout) { s.relayout = false; layoutGrid(s); }
+    } else if (event === 'end') {
+      s.ended = true;
+      $('job-live').textContent = 'Finished';
+      document.body.dataset.jobEnded = s.id;
+    }
+    schedule(s);
+  }
+
+  function schedule(s) {
+    if (s.frame) return;
+    s.frame = requestAnimationFrame(() => { s.frame = 0; paint(s); });
+  }
+
+  function layoutGrid(s) {
+    const j = s.job;
+    s.steps = flatten(j.tasks);
+    const names = new Set(s.nodeSet || []);
+    for (const n of j.expected || []) names.add(n);
+    for (const nodes of Object.values(j.results || {})) for (const n of Object.keys(nodes)) names.add(n);
+    s.nodes = Array.from(names).sort(byName);
+    s.nodeSet = names;
+    const head = el('tr', null, el('th', { scope: 'col', text: 'Node' }),
+      ...s.steps.map((name, i) => el('th', { scope: 'col', text: (i + 1) + '. ' + name })));
+    $('job-grid').tHead.replaceChildren(head);
+    renderRows(s);
+  }
+
+  function cellText(r) {
+    if (!r) return '—';
+    let t = label(r.status);
+    if (r.status === 'running' && r.progress != null) t += ' ' + r.progress + '%';
+    if (r.attempts > 1) t += ' ×' + r.attempts;
+    if (r.changed) t += ' (changed)';
+    return t;
+  }
+
+  function visibleNodes(s) {
+    const q = $('grid-q').value.trim().toLowerCase();
+    const show = $('grid-show').value;
+    const res = s.job.results || {};
+    return s.nodes.filter((n) => {
+      if (q && !n.toLowerCase().includes(q)) return false;
+      if (!show) return true;
+      const rs = s.steps.map((_, i) => (res[i] || {})[n]);
+      if (show === 'failed') return rs.some((r) => r && r.status === 'failed');
+      if (show === 'changed') return rs.some((r) => r && r.changed);
+      return rs.some((r) => !r || !['success', 'failed', 'skipped', 'cancelled'].includes(r.status));
+    });
+  }
+
+  function renderRows(s) {
+    const nodes = visibleNodes(s);
+    const pages = Math.max(1, Math.ceil(nodes.length / GRID_PAGE));
+    if (s.page >= pages) s.page = pages - 1;
+    const slice = nodes.slice(s.page * GRID_PAGE, (s.page + 1) * GRID_PAGE);
+    s.cells = new Map();
+    const res = s.job.results || {};
+    const frag = document.createDocumentFragment();
+    for (const n of slice) {
+      const tr = el('tr', { 'data-node': n }, el('th', { scope: 'row', class: 'mono', text: n }));
+      s.steps.forEach((name, i) => {
+        const r = (res[i] || {})[n];
+        const b = el('button', { type: 'button', class: 'cellbtn st st-' + (r ? r.status : 'none'), 'data-step': String(i), 'data-node': n,
+          'aria-label': n + ', step ' + (i + 1) + ' ' + name + ': ' + cellText(r),
+          'aria-pressed': s.selected && s.selected.node === n && s.selected.step === i ? 'true' : 'false', text: cellText(r) });
+        s.cells.set(i + '|' + n, b);
+        tr.append(el('td', null, b));
+      });
+      frag.append(tr);
+    }
+    if (!slice.length) frag.append(el('tr', null, el('td', { colspan: String(s.steps.length + 1), class: 'muted',
+      text: s.nodes.length ? 'No node matches.' : 'No node yet: the job has not started.' })));
+    $('job-grid').tBodies[0].replaceChildren(frag);
+    const end = Math.min((s.page + 1) * GRID_PAGE, nodes.length);
+    $('grid-count').textContent = nodes.length ? (num(s.page * GRID_PAGE + 1) + '–' + num(end) + ' of ' + num(nodes.length) + ' nodes') : '';
+    $('grid-prev').disabled = s.page <= 0;
+    $('grid-next').disabled = end >= nodes.length;
+    s.dirty.clear();
+    paintHead(s);
+  }
+
+  // busy records the longest the page spent on the stream's events or on
+  // painting them (in the page's data-job-busy-ms): the figure that shows
+  // whether a big job freezes it.
+  function busy(t0) {
+    const ms = performance.now() - t0;
+    if (ms > Number(document.body.dataset.jobBusyMs || 0)) document.body.dataset.jobBusyMs = ms.toFixed(1);
+  }
+
+  function paint(s) {
+    if (!s.job) return;
+    const t0 = performance.now();
+    const res = s.job.results;
+    for (const key of s.dirty) {
+      const b = s.cells.get(key);
+      if (!b) continue;
+      const [step, node] = [Number(key.slice(0, key.indexOf('|'))), key.slice(key.indexOf('|') + 1)];
+      const r = (res[step] || {})[node];
+      b.className = 'cellbtn st st-' + (r ? r.status : 'none');
+      b.textContent = cellText(r);
+      b.setAttribute('aria-label', node + ', step ' + (step + 1) + ' ' + s.steps[step] + ': ' + cellText(r));
+    }
+    if (s.selected && s.dirty.has(s.selected.step + '|' + s.selected.node)) renderCell(s);
+    s.dirty.clear();
+    paintHead(s);
+    busy(t0);
+  }
+
+  function paintHead(s) {
+    const j = s.job;
+    $('job-status').replaceChildren(badge(j.status));
+    document.body.dataset.jobStatus = j.status;
+    const terminal = ['completed', 'failed', 'cancelled', 'partial_failure'].includes(j.status);
+    $('job-cancel').hidden = terminal;
+    if (terminal) { cancelArmed(false); $('job-cancel-keep').hidden = true; }
+    const meta = [['Target', target(j.target)], ['Submitted by', j.submitted_by || '—'], ['Strategy', j.strategy || 'fail-fast'],
+      ['Created', stamp(j.created_at)], ['Started', stamp(j.started_at)], ['Finished', stamp(j.finished_at)],
+      ['Took', took(j.started_at, j.finished_at)], ['Controller', j.owner || '']];
+    if (j.check_mode) meta.push(['Check mode', 'yes (nothing is changed)']);
+    if (j.error) meta.push(['Error', j.error]);
+    $('job-meta').replaceChildren(...meta.flatMap(([k, v]) => [el('dt', { text: k }), el('dd', { text: v || '—' })]));
+    const counts = {};
+    let cells = 0;
+    for (let i = 0; i < s.steps.length; i++) {
+      const row = j.results[i] || {};
+      for (const n of s.nodes) {
+        const r = row[n];
+        const st = r ? r.status : 'waiting';
+        counts[st] = (counts[st] || 0) + 1;
+        cells++;
+      }
+    }
+    const parts = Object.entries(counts).sort().map(([k, v]) => num(v) + ' ' + label(k));
+    $('job-summary').textContent = num(s.nodes.length) + ' nodes × ' + s.steps.length + ' steps' + (cells ? ': ' + parts.join(', ') : '');
+  }
+
+  function renderCell(s) {
+    const { step, node } = s.selected;
+    const r = (s.job.results[step] || {})[node];
+    $('cell').hidden = false;
+    $('cell-h').textContent = node + ' · step ' + (step + 1) + ' ' + s.steps[step];
+    const meta = [['Status', label(r ? r.status : 'waiting')], ['Changed', r && r.changed ? 'yes' : 'no'],
+      ['Attempts', r && r.attempts ? String(r.attempts) : '—'], ['Duration', (r && r.duration) || '—']];
+    if (r && r.progress != null) meta.push(['Progress', r.progress + '%']);
+    $('cell-meta').replaceChildren(...meta.flatMap(([k, v]) => [el('dt', { text: k }), el('dd', { class: 'cell-' + k.toLowerCase(), text: v })]));
+    $('cell-output').textContent = (r && r.output) || '(none)';
+    $('cell-error').textContent = (r && r.error) || '(none)';
+    const evs = (r && r.events) || [];
+    $('cell-events').replaceChildren(...(evs.length ? evs.map((e) => el('li', null,
+      el('time', { datetime: e.time, text: new Date(e.time).toLocaleTimeString() }), ' ', badge(e.status),
+      e.attempt ? ' attempt ' + e.attempt : '', e.message ? ' — ' + e.message : '')) : [el('li', { class: 'muted', text: 'No event yet.' })]));
+  }
+
+  $('job-grid').addEventListener('click', (e) => {
+    const b = e.target.closest('button.cellbtn');
+    if (!b || !jv) return;
+    for (const x of $('job-grid').querySelectorAll('button[aria-pressed="true"]')) x.setAttribute('aria-pressed', 'false');
+    b.setAttribute('aria-pressed', 'true');
+    jv.selected = { step: Number(b.dataset.step), node: b.dataset.node };
+    renderCell(jv);
+  });
+  const regrid = () => { if (jv && jv.job) { jv.page = 0; renderRows(jv); } };
+  let gridTyping = 0;
+  $('grid-q').addEventListener('input', () => { clearTimeout(gridTyping); gridTyping = setTimeout(regrid, 150); });
+  $('grid-show').addEventListener('change', regrid);
+  $('grid-filters').addEventListener('submit', (e) => { e.preventDefault(); regrid(); });
+  $('grid-prev').addEventListener('click', () => { if (jv) { jv.page = Math.max(0, jv.page - 1); renderRows(jv); } });
+  $('grid-next').addEventListener('click', () => { if (jv) { jv.page++; renderRows(jv); } });
+
+  // Cancel asks once more before it acts. A token whose role may not
+  // cancel gets the server's 403 message here; it stays signed in to view.
+  let armTimer = 0;
+  function cancelArmed(on) {
+    clearTimeout(armTimer);
+    $('job-cancel').textContent = on ? 'Confirm cancel' : 'Cancel job';
+    $('job-cancel').dataset.armed = on ? '1' : '';
+    $('job-cancel-keep').hidden = !on;
+    if (on) armTimer = setTimeout(() => cancelArmed(false), 10000);
+  }
+  $('job-cancel-keep').addEventListener('click', () => { cancelArmed(false); $('job-cancel').focus(); });
+  $('job-cancel').addEventListener('click', async () => {
+    if (!jv) return;
+    if (!$('job-cancel').dataset.armed) { cancelArmed(true); return; }
+    cancelArmed(false);
+    $('job-cancel').disabled = true;
+    try {
+      await api('/job/' + encodeURIComponent(jv.id) + '/cancel', { method: 'POST' });
+      showMsg('job-msg', 'Cancel requested.', true);
+    } catch (e) {
+      if (e instanceof AuthError) return;
+      showMsg('job-msg', (e.status === 403 ? 'Not allowed to cancel: ' : 'Cancel failed: ') + e.message);
+    } finally {
+      $('job-cancel').disabled = false;
+    }
+  });
+
+  window.addEventListener('hashchange', route);
+  route();
+})();

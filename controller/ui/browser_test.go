@@ -1,0 +1,578 @@
+package ui_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gridfleet/terraform-provider-grid/agent"
+	"github.com/gridfleet/terraform-provider-grid/api"
+	"github.com/gridfleet/terraform-provider-grid/controller"
+	"github.com/gridfleet/terraform-provider-grid/internal/config"
+	"github.com/gridfleet/terraform-provider-grid/internal/fleet"
+	"github.com/gridfleet/terraform-provider-grid/internal/fleet/fleettest"
+)
+
+// The browser tests drive the dashboard in a real headless Chromium against
+// a real in-process fleet. They skip, saying so, when no browser is
+// installed (apt-get install chromium; or set GRID_CHROMIUM to a binary).
+// On failure each saves a screenshot of its tab to $TMPDIR; with
+// GRID_UI_SCREENSHOTS=<dir> they also save one of every view there.
+
+// chromium finds a browser binary, or "".
+func chromium() string {
+	if p := os.Getenv("GRID_CHROMIUM"); p != "" {
+		return p
+	}
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "headless-shell"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+// startBrowser starts a headless browser for the test and returns its
+// context; tabs are made from it with newTab.
+func startBrowser(t *testing.T) context.Context {
+	t.Helper()
+	path := chromium()
+	if path == "" {
+		t.Skip("no Chromium found: install it (apt-get install -y chromium) or set GRID_CHROMIUM to run the dashboard's browser tests")
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.WindowSize(1400, 1000))
+	if os.Geteuid() == 0 {
+		// Chromium refuses to sandbox itself as root (CI containers).
+		opts = append(opts, chromedp.NoSandbox)
+	}
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx)
+	t.Cleanup(func() { cancel(); cancelAlloc() })
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatalf("start %s: %v", path, err)
+	}
+	return ctx
+}
+
+// newTab opens a tab (its own sessionStorage, so its own sign-in) that
+// saves a screenshot if the test fails.
+func newTab(t *testing.T, browser context.Context) context.Context {
+	t.Helper()
+	ctx, cancel := chromedp.NewContext(browser)
+	t.Cleanup(cancel)
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatalf("open tab: %v", err)
+	}
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
+		defer scancel()
+		png, err := chromedp.Run(sctx, chromedp.FullScreenshot(100))
+		if err != nil {
+			t.Logf("screenshot: %v", err)
+			return
+		}
+		name := filepath.Join(os.TempDir(), "grid-ui-"+strings.NewReplacer("/", "-", " ", "_").Replace(t.Name())+".png")
+		if err := os.WriteFile(name, png, 0o644); err == nil {
+			t.Logf("screenshot of the failure: %s", name)
+		}
+	})
+	return ctx
+}
+
+// do runs browser actions with a deadline.
+func do(t *testing.T, tab context.Context, d time.Duration, what string, actions ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(tab, d)
+	defer cancel()
+	if err := chromedp.Do(ctx, actions...); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// eval evaluates a JavaScript expression in the tab.
+func eval[T any](t *testing.T, tab context.Context, expr string) T {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(tab, 10*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr))
+	if err != nil {
+		t.Fatalf("evaluate %s: %v", expr, err)
+	}
+	return v
+}
+
+// waitJS waits until a JavaScript expression is truthy.
+func waitJS(t *testing.T, tab context.Context, d time.Duration, what, expr string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(tab, d+5*time.Second)
+	defer cancel()
+	if _, err := chromedp.Run(ctx, chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingTimeout(d), chromedp.WithPollingInterval(50*time.Millisecond))); err != nil {
+		t.Fatalf("waiting for %s: %v", what, err)
+	}
+}
+
+// snap saves a screenshot of the tab under GRID_UI_SCREENSHOTS, if set.
+func snap(t *testing.T, tab context.Context, name string) {
+	t.Helper()
+	dir := os.Getenv("GRID_UI_SCREENSHOTS")
+	if dir == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(tab, 10*time.Second)
+	defer cancel()
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Errorf("screenshot %s: %v", name, err)
+		return
+	}
+	if err := os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644); err != nil {
+		t.Error(err)
+	}
+}
+
+// gate sits between the browser and the controller and records the
+// Authorization header of every API request, so a test can check that the
+// page sends its token; every request reaches the real controller, whose
+// own token check answers.
+type gate struct {
+	srv *httptest.Server
+	mu  sync.Mutex
+	// auth holds each API request's "METHOD path Authorization".
+	auth []string
+}
+
+// The tokens the browser signs in with: real tokens of the fleet's
+// controller, made by startGate.
+var (
+	opsToken     string // role operator
+	readToken    string // role read
+	revokedToken string // made, then revoked (401)
+	noViewToken  string // role metrics: valid, but may not read (403)
+)
+
+func startGate(t *testing.T, f *fleet.Fleet) *gate {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	mk := func(name string, role api.Role) string {
+		tok, err := f.Client().CreateToken(ctx, name, role)
+		if err != nil {
+			t.Fatalf("create token %s: %v", name, err)
+		}
+		return tok.Token
+	}
+	opsToken, readToken, noViewToken = mk("ops", api.RoleOperator), mk("viewer", api.RoleRead), mk("scraper", api.RoleMetrics)
+	revokedToken = mk("gone", api.RoleOperator)
+	if _, err := f.Client().RevokeToken(ctx, "gone"); err != nil {
+		t.Fatalf("revoke token: %v", err)
+	}
+	u, err := url.Parse(f.APIURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(u)
+	proxy.FlushInterval = -1 // the job's event stream goes out as it comes
+	g := &gate{}
+	g.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The browser asks for /favicon.ico on its own, without the page.
+		if !strings.HasPrefix(r.URL.Path, "/ui/") && r.URL.Path != "/" && r.URL.Path != "/favicon.ico" {
+			g.mu.Lock()
+			g.auth = append(g.auth, r.Method+" "+r.URL.Path+" "+r.Header.Get("Authorization"))
+			g.mu.Unlock()
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(g.srv.Close)
+	return g
+}
+
+func (g *gate) requests() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]string(nil), g.auth...)
+}
+
+// signIn opens the dashboard in the tab and signs in with a token, by
+// keyboard: the token field has focus on arrival, Enter submits.
+func signIn(t *testing.T, tab context.Context, base, token string) {
+	t.Helper()
+	do(t, tab, 15*time.Second, "open the sign-in page",
+		chromedp.Navigate(base+"/ui/#/signin"),
+		chromedp.WaitVisible(chromedp.ID("token")))
+	waitJS(t, tab, 5*time.Second, "focus on the token field", `document.activeElement && document.activeElement.id === 'token'`)
+	do(t, tab, 10*time.Second, "type the token", chromedp.SendKeys(chromedp.ID("token"), token+kb.Enter))
+}
+
+// TestDashboardInBrowser signs in, watches a job run live to completion,
+// cancels one and sees a node go offline, on one fleet and one browser.
+func TestDashboardInBrowser(t *testing.T) {
+	browser := startBrowser(t)
+	f := fleettest.Start(t, fleet.Options{Agents: 3})
+	g := startGate(t, f)
+	base := g.srv.URL
+
+	t.Run("sign in", func(t *testing.T) {
+		tab := newTab(t, browser)
+		// The controller's root leads to the dashboard, which asks for a
+		// token before anything else.
+		do(t, tab, 15*time.Second, "open the controller's root",
+			chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.ID("token")))
+		if loc := eval[string](t, tab, `location.pathname + location.hash`); loc != "/ui/#/signin" {
+			t.Errorf("root led to %s, want /ui/#/signin", loc)
+		}
+		snap(t, tab, "signin")
+
+		// A token the API refuses: back at sign-in with its message.
+		signIn(t, tab, base, revokedToken)
+		waitJS(t, tab, 10*time.Second, "the refusal", `document.getElementById('signin-msg').textContent.includes('was revoked')`)
+		if h := eval[string](t, tab, `location.hash`); h != "#/signin" {
+			t.Errorf("after a refused token the page is %s", h)
+		}
+
+		// A token whose role may not view: the same, with the 403's message.
+		signIn(t, tab, base, noViewToken)
+		waitJS(t, tab, 10*time.Second, "the 403", `document.getElementById('signin-msg').textContent.includes('Not allowed') && document.getElementById('signin-msg').textContent.includes('needs role read')`)
+		if tok := eval[*string](t, tab, `sessionStorage.getItem('grid.token')`); tok != nil {
+			t.Errorf("a refused token is kept: %q", *tok)
+		}
+
+		before := len(g.requests())
+		signIn(t, tab, base, opsToken)
+		waitJS(t, tab, 15*time.Second, "three online nodes in the fleet view",
+			`document.querySelectorAll('#fleet-table tr[data-node] .st-online').length === 3`)
+		if got := eval[string](t, tab, `document.getElementById('fleet-online').textContent`); got != "3" {
+			t.Errorf("online count %q", got)
+		}
+		// Every API request after sign-in carried the token.
+		reqs := g.requests()[before:]
+		if len(reqs) < 2 {
+			t.Fatalf("API requests after sign-in: %v", reqs)
+		}
+		for _, r := range reqs {
+			if !strings.HasSuffix(r, " Bearer "+opsToken) {
+				t.Errorf("request without the token: %q", r)
+			}
+		}
+		if tok := eval[string](t, tab, `sessionStorage.getItem('grid.token')`); tok != opsToken {
+			t.Errorf("token kept as %q", tok)
+		}
+	})
+
+	t.Run("watch a job run live", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		tab := newTab(t, browser)
+		signIn(t, tab, base, opsToken)
+		waitJS(t, tab, 10*time.Second, "the fleet view", `location.hash === '#/fleet'`)
+		j, err := f.Client().SubmitJob(ctx, &api.JobSpec{Target: api.Target{Scope: api.ScopeAll}, Tasks: []api.Phase{
+			{Backend: "ping", Action: "sleep", Params: api.Params{"duration": "2s"}},
+			{Backend: "ping", Action: "echo", Params: api.Params{"message": "hello from the grid"}},
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		do(t, tab, 10*time.Second, "open the job", chromedp.Evaluate[chromedp.Void](`location.hash = '#/job/`+j.ID+`'`),
+			chromedp.WaitVisible(chromedp.ID("job-grid")))
+		// Marks the page: a full reload would lose it.
+		do(t, tab, 5*time.Second, "mark the page", chromedp.Evaluate[chromedp.Void](`window.__samepage = 1`))
+		waitJS(t, tab, 10*time.Second, "a step shown running", `document.querySelectorAll('#job-grid .cellbtn.st-running').length > 0`)
+		waitJS(t, tab, 30*time.Second, "the job to complete", `document.body.dataset.jobStatus === 'completed' && document.body.dataset.jobEnded === '`+j.ID+`'`)
+		if n := eval[int](t, tab, `document.querySelectorAll('#job-grid .cellbtn.st-success').length`); n != 6 {
+			t.Errorf("%d successful cells, want 3 nodes × 2 steps", n)
+		}
+		if eval[int](t, tab, `window.__samepage || 0`) != 1 {
+			t.Errorf("the page reloaded while the job ran")
+		}
+		do(t, tab, 5*time.Second, "open node-2's second step",
+			chromedp.Click(chromedp.CSS(`#job-grid button[data-node="node-2"][data-step="1"]`)),
+			chromedp.WaitVisible(chromedp.ID("cell")))
+		if out := eval[string](t, tab, `document.getElementById('cell-output').textContent`); out != "hello from the grid" {
+			t.Errorf("output %q", out)
+		}
+		if a := eval[string](t, tab, `document.querySelector('#cell-meta .cell-attempts').textContent`); a != "1" {
+			t.Errorf("attempts %q", a)
+		}
+		if n := eval[int](t, tab, `document.querySelectorAll('#cell-events li').length`); n < 2 {
+			t.Errorf("timeline has %d entries", n)
+		}
+		if c := eval[bool](t, tab, `document.getElementById('job-cancel').hidden`); !c {
+			t.Errorf("a finished job offers cancel")
+		}
+		snap(t, tab, "job")
+
+		// The jobs view lists it; its filters narrow the list.
+		do(t, tab, 10*time.Second, "open the jobs view", chromedp.Click(chromedp.ID("nav-jobs")))
+		waitJS(t, tab, 10*time.Second, "the job listed as completed",
+			`(document.querySelector('#jobs-table tr[data-job="`+j.ID+`"] .status') || {}).textContent === 'completed'`)
+		if tgt := eval[string](t, tab, `document.querySelector('#jobs-table tr[data-job="`+j.ID+`"] td:nth-child(3)').textContent`); tgt != "all" {
+			t.Errorf("target shown as %q", tgt)
+		}
+		snap(t, tab, "jobs")
+		do(t, tab, 5*time.Second, "search for another job", chromedp.SendKeys(chromedp.ID("jobs-q"), "no-such-job"))
+		waitJS(t, tab, 10*time.Second, "an empty list", `document.querySelector('#jobs-table tbody').textContent.includes('No job matches')`)
+	})
+
+	t.Run("cancel a job", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		j, err := f.Client().SubmitJob(ctx, &api.JobSpec{Target: api.Target{Scope: api.ScopeNode, Value: "node-1"},
+			Tasks: []api.Phase{{Backend: "ping", Action: "sleep", Params: api.Params{"duration": "60s"}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tab := newTab(t, browser)
+		open := func() {
+			do(t, tab, 10*time.Second, "open the job", chromedp.Evaluate[chromedp.Void](`location.hash = '#/job/`+j.ID+`'`))
+			waitJS(t, tab, 15*time.Second, "the step running", `document.querySelectorAll('#job-grid .cellbtn.st-running').length === 1`)
+		}
+		// A read token may view the job but not cancel it: the page says
+		// so and keeps showing the job.
+		signIn(t, tab, base, readToken)
+		waitJS(t, tab, 10*time.Second, "the fleet view", `location.hash === '#/fleet'`)
+		open()
+		do(t, tab, 5*time.Second, "cancel, confirm", chromedp.Click(chromedp.ID("job-cancel")), chromedp.Click(chromedp.ID("job-cancel")))
+		waitJS(t, tab, 10*time.Second, "the refusal", `document.getElementById('job-msg').textContent.includes('Not allowed to cancel') && document.getElementById('job-msg').textContent.includes('needs role operator')`)
+		if h := eval[string](t, tab, `location.hash`); h != "#/job/"+j.ID {
+			t.Errorf("a refused cancel left the job view for %s", h)
+		}
+		if got, err := f.Client().GetJob(ctx, j.ID); err != nil || got.Status != api.JobRunning {
+			t.Fatalf("job after a refused cancel: %v %v", got.Status, err)
+		}
+
+		// An operator cancels it; the view follows it to cancelled.
+		do(t, tab, 5*time.Second, "sign out", chromedp.Click(chromedp.ID("signout")))
+		signIn(t, tab, base, opsToken)
+		waitJS(t, tab, 10*time.Second, "the job view again", `location.hash === '#/job/`+j.ID+`'`)
+		waitJS(t, tab, 15*time.Second, "the step running", `document.querySelectorAll('#job-grid .cellbtn.st-running').length === 1`)
+		do(t, tab, 5*time.Second, "arm cancel", chromedp.Focus(chromedp.ID("job-cancel")), chromedp.KeyEvent(kb.Enter))
+		if txt := eval[string](t, tab, `document.getElementById('job-cancel').textContent`); txt != "Confirm cancel" {
+			t.Errorf("cancel asked no confirmation: %q", txt)
+		}
+		do(t, tab, 5*time.Second, "confirm cancel", chromedp.KeyEvent(kb.Enter))
+		waitJS(t, tab, 15*time.Second, "the job cancelled", `document.body.dataset.jobStatus === 'cancelled' && document.body.dataset.jobEnded === '`+j.ID+`'`)
+		if got, err := f.Client().GetJob(ctx, j.ID); err != nil || got.Status != api.JobCancelled {
+			t.Fatalf("job after cancel: %v %v", got.Status, err)
+		}
+	})
+
+	t.Run("see a node go offline", func(t *testing.T) {
+		tab := newTab(t, browser)
+		signIn(t, tab, base, opsToken)
+		waitJS(t, tab, 15*time.Second, "node-3 online", `(document.querySelector('#fleet-table tr[data-node="node-3"] .status') || {}).textContent === 'online' && !!document.body.dataset.fleetRenders`)
+		renders := eval[int](t, tab, `Number(document.body.dataset.fleetRenders || 0)`)
+		if err := f.KillAgent("node-3"); err != nil {
+			t.Fatal(err)
+		}
+		// node_offline_after is 2s in tests; the view refreshes every 2s.
+		waitJS(t, tab, 15*time.Second, "node-3 offline", `(document.querySelector('#fleet-table tr[data-node="node-3"] .status') || {}).textContent === 'offline'`)
+		if got := eval[string](t, tab, `document.getElementById('fleet-offline').textContent`); got != "1" {
+			t.Errorf("offline count %q", got)
+		}
+		if eval[int](t, tab, `Number(document.body.dataset.fleetRenders || 0)`) <= renders {
+			t.Errorf("the fleet view did not refresh")
+		}
+		// The status filter shows only it.
+		do(t, tab, 5*time.Second, "filter offline", chromedp.Evaluate[chromedp.Void](
+			`const s = document.getElementById('fleet-status'); s.value = 'offline'; s.dispatchEvent(new Event('change'))`))
+		waitJS(t, tab, 10*time.Second, "only node-3", `document.querySelectorAll('#fleet-table tr[data-node]').length === 1 && !!document.querySelector('#fleet-table tr[data-node="node-3"]')`)
+		snap(t, tab, "fleet")
+	})
+}
+
+// TestFleetView10kNodes renders the fleet view over 10,000 registry entries
+// (put in the nodes bucket directly) and logs how long it takes in the
+// browser. The figure is reported, not asserted.
+func TestFleetView10kNodes(t *testing.T) {
+	const total = 10000
+	browser := startBrowser(t)
+	f := fleettest.Start(t, fleet.Options{Controller: func(c *controller.Config) {
+		c.NodeOfflineAfter = config.Duration(10 * time.Minute)
+	}})
+	g := startGate(t, f)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	putNodes(t, ctx, f, total)
+
+	tab := newTab(t, browser)
+	signIn(t, tab, g.srv.URL, opsToken)
+	waitJS(t, tab, 30*time.Second, "10,000 nodes counted", `document.getElementById('fleet-total').textContent === '10,000'`)
+	// A cold load: reload (the tab keeps its token) and time from the
+	// navigation to the first page of nodes painted with the counts.
+	do(t, tab, 15*time.Second, "reload", chromedp.Reload())
+	waitJS(t, tab, 15*time.Second, "the first render", `document.body.dataset.fleetRenders === '1'`)
+	load := eval[float64](t, tab, `performance.now()`)
+	fetchRender := eval[float64](t, tab, `Number(document.body.dataset.fleetRenderMs)`)
+	firstFetch := eval[float64](t, tab, `performance.getEntriesByType('resource').filter((e) => e.name.includes('/fleet?'))[0].duration`)
+	if rows := eval[int](t, tab, `document.querySelectorAll('#fleet-table tr[data-node]').length`); rows != 100 {
+		t.Errorf("%d rows on the first page, want 100", rows)
+	}
+	if got := eval[string](t, tab, `document.getElementById('fleet-offline').textContent`); got != "1,000" {
+		t.Errorf("offline count %q, want 1,000", got)
+	}
+	// A search narrows on the server: one request, timed to its result
+	// painted.
+	before := eval[int](t, tab, `Number(document.body.dataset.fleetRenders || 0)`)
+	do(t, tab, 5*time.Second, "search", chromedp.Evaluate[chromedp.Void](
+		`document.getElementById('fleet-q').value = 'node-0999'; document.getElementById('fleet-filters').requestSubmit()`))
+	waitJS(t, tab, 15*time.Second, "the search result", fmt.Sprintf(
+		`document.getElementById('fleet-count').textContent.includes('of 10 nodes') && Number(document.body.dataset.fleetRenders) > %d`, before))
+	search := eval[float64](t, tab, `Number(document.body.dataset.fleetRenderMs)`)
+	// The server's share: the browser's timing of the last GET /fleet.
+	server := eval[float64](t, tab, `performance.getEntriesByType('resource').filter((e) => e.name.includes('/fleet?')).pop().duration`)
+	// The last page.
+	do(t, tab, 5*time.Second, "clear the search",
+		chromedp.Evaluate[chromedp.Void](`document.getElementById('fleet-q').value = ''; document.getElementById('fleet-filters').requestSubmit()`))
+	waitJS(t, tab, 15*time.Second, "all nodes again", `document.getElementById('fleet-count').textContent.includes('of 10,000 nodes')`)
+	snap(t, tab, "fleet-10k")
+	t.Logf("fleet view, %d nodes: page load to first page painted %.0f ms (GET /fleet + render %.0f ms, GET /fleet %.0f ms of it); search to result painted %.0f ms (GET /fleet %.0f ms of it)",
+		total, load, fetchRender, firstFetch, search, server)
+}
+
+// putNodes registers n nodes in the fleet's nodes bucket (every tenth
+// offline), as agents' registrations would, and waits for the controller
+// to see them all.
+func putNodes(t *testing.T, ctx context.Context, f *fleet.Fleet, n int) {
+	t.Helper()
+	nc, err := nats.Connect(f.NATSURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, api.BucketNodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	now := start.UTC()
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for w := range 16 {
+		wg.Go(func() {
+			for i := w; i < n; i += 16 {
+				info := api.NodeInfo{ID: fmt.Sprintf("node-%05d", i), Hostname: fmt.Sprintf("host-%05d.example", i),
+					Groups: []string{fmt.Sprintf("dc%d.rack%02d", i%4, i%25)}, Backends: []string{"ping", "file", "apt"},
+					Status: api.NodeOnline, Version: "v1.4.0", OnlineSince: now, LastSeen: now}
+				if i%10 == 9 {
+					info.Status, info.Version = api.NodeOffline, "v1.3.2"
+				}
+				b, _ := json.Marshal(info)
+				if _, err := kv.Put(ctx, info.ID, b); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("put node: %v", err)
+	}
+	for {
+		nodes, err := f.Client().ListNodes(ctx)
+		if err == nil && len(nodes) == n {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the controller saw %d of %d nodes", len(nodes), n)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("registered %d nodes in %v", n, time.Since(start).Round(time.Millisecond))
+}
+
+// TestJobView1000NodesLive follows a job over 1,000 real in-process agents
+// in the job view and logs how the page kept up: the longest task the
+// browser ran (a frozen page shows as long tasks), the updates it applied,
+// and how long after the job ended the page said so. Starting 1,000 agents
+// takes a while on a small machine, so it runs only with GRID_UI_SCALE=1.
+func TestJobView1000NodesLive(t *testing.T) {
+	if os.Getenv("GRID_UI_SCALE") == "" {
+		t.Skip("set GRID_UI_SCALE=1 to follow a job over 1,000 agents in the browser")
+	}
+	const agents = 1000
+	browser := startBrowser(t)
+	f := fleettest.Start(t, fleet.Options{
+		Controller: func(c *controller.Config) {
+			c.NodeOfflineAfter = config.Duration(30 * time.Second)
+			c.HeartbeatInterval = config.Duration(5 * time.Second)
+		},
+		Agent: func(_ int, c *agent.Config) { c.HeartbeatInterval = agent.Duration(5 * time.Second) },
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	start := time.Now()
+	var names []string
+	for range agents {
+		a, err := f.AddAgent(ctx, []string{"scale"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, a.ID())
+	}
+	if err := f.WaitOnline(ctx, names...); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d agents online in %v", agents, time.Since(start).Round(time.Millisecond))
+	g := startGate(t, f)
+	tab := newTab(t, browser)
+	signIn(t, tab, g.srv.URL, opsToken)
+	waitJS(t, tab, 10*time.Second, "the fleet view", `location.hash === '#/fleet'`)
+	do(t, tab, 5*time.Second, "watch for long tasks", chromedp.Evaluate[chromedp.Void](`
+		window.__long = [];
+		new PerformanceObserver((l) => { for (const e of l.getEntries()) window.__long.push(e.duration); }).observe({ type: 'longtask', buffered: false });`))
+	j, err := f.Client().SubmitJob(ctx, &api.JobSpec{Target: api.Target{Scope: api.ScopeGroup, Value: "scale"}, Tasks: []api.Phase{
+		{Backend: "ping", Action: "sleep", Params: api.Params{"duration": "3s"}},
+		{Backend: "ping", Action: "echo", Params: api.Params{"message": "done"}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	do(t, tab, 10*time.Second, "open the job", chromedp.Evaluate[chromedp.Void](`location.hash = '#/job/`+j.ID+`'`))
+	waitJS(t, tab, 30*time.Second, "steps shown running", `document.querySelectorAll('#job-grid .cellbtn.st-running').length > 0`)
+	waitJS(t, tab, 2*time.Minute, "the job to complete", `document.body.dataset.jobEnded === '`+j.ID+`'`)
+	shown := time.Now()
+	done, err := f.Client().GetJob(ctx, j.ID)
+	if err != nil || done.FinishedAt == nil {
+		t.Fatalf("job: %v", err)
+	}
+	if done.Status != api.JobCompleted {
+		t.Errorf("job %s", done.Status)
+	}
+	summary := eval[string](t, tab, `document.getElementById('job-summary').textContent`)
+	if !strings.Contains(summary, "2,000 success") {
+		t.Errorf("summary %q", summary)
+	}
+	long := eval[[]float64](t, tab, `window.__long`)
+	busy := eval[string](t, tab, `document.body.dataset.jobBusyMs`)
+	worst := 0.0
+	for _, d := range long {
+		worst = max(worst, d)
+	}
+	snap(t, tab, "job-1000")
+	t.Logf("job over %d nodes: %q; the page's longest handling of stream events or a repaint %s ms; %d long tasks (>50 ms), the longest %.0f ms; the page showed the end %v after the job finished",
+		agents, summary, busy, len(long), worst, shown.Sub(*done.FinishedAt).Round(time.Millisecond))
+}
