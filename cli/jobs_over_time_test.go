@@ -67,10 +67,11 @@ func TestJobListStatusAndLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := c.Address()
+	tok := f.AdminToken()
 
 	list := func(args ...string) []api.Job {
 		t.Helper()
-		code, out, errOut := runCLI(t, append([]string{"job", "list", "--addr", addr, "-o", "json"}, args...)...)
+		code, out, errOut := runCLI(t, append([]string{"job", "list", "--addr", addr, "--token", tok, "-o", "json"}, args...)...)
 		if code != ExitOK {
 			t.Fatalf("job list %q: code %d err %q", args, code, errOut)
 		}
@@ -93,31 +94,31 @@ func TestJobListStatusAndLimit(t *testing.T) {
 		t.Fatalf("--limit 1: %d jobs", len(got))
 	}
 	for _, bad := range [][]string{{"--status", "done"}, {"--limit", "-1"}, {"--limit", "x"}} {
-		code, _, errOut := runCLI(t, append([]string{"job", "list", "--addr", addr}, bad...)...)
+		code, _, errOut := runCLI(t, append([]string{"job", "list", "--addr", addr, "--token", tok}, bad...)...)
 		if code != ExitUsage || !strings.Contains(errOut, bad[0]) {
 			t.Errorf("job list %q: code %d err %q; want exit 2 naming the flag", bad, code, errOut)
 		}
 	}
 
 	// retry and delete through the CLI.
-	code, out, errOut := runCLI(t, "job", "retry", "--addr", addr, completed[0], "--wait", "-o", "json")
+	code, out, errOut := runCLI(t, "job", "retry", "--addr", addr, "--token", tok, completed[0], "--wait", "-o", "json")
 	var retried api.Job
 	if err := json.Unmarshal([]byte(out), &retried); err != nil || code != ExitOK || retried.RetryOf != completed[0] || retried.Status != api.JobCompleted {
 		t.Fatalf("job retry: code %d out %q err %q", code, out, errOut)
 	}
-	if code, out, errOut := runCLI(t, "job", "delete", "--addr", addr, j.ID); code != ExitOK || !strings.Contains(out, "deleted") {
+	if code, out, errOut := runCLI(t, "job", "delete", "--addr", addr, "--token", tok, j.ID); code != ExitOK || !strings.Contains(out, "deleted") {
 		t.Fatalf("job delete: code %d out %q err %q", code, out, errOut)
 	}
-	if code, _, errOut := runCLI(t, "job", "delete", "--addr", addr, j.ID); code != ExitFailed || !strings.Contains(errOut, "not found") {
+	if code, _, errOut := runCLI(t, "job", "delete", "--addr", addr, "--token", tok, j.ID); code != ExitFailed || !strings.Contains(errOut, "not found") {
 		t.Fatalf("second delete: code %d err %q", code, errOut)
 	}
 
 	// The dead-letter commands against a controller with none.
-	if code, out, errOut := runCLI(t, "job", "dlq", "list", "--addr", addr, "-o", "json"); code != ExitOK || strings.TrimSpace(out) != "[]" {
+	if code, out, errOut := runCLI(t, "job", "dlq", "list", "--addr", addr, "--token", tok, "-o", "json"); code != ExitOK || strings.TrimSpace(out) != "[]" {
 		t.Fatalf("dlq list: code %d out %q err %q", code, out, errOut)
 	}
 	for _, verb := range []string{"replay", "drop"} {
-		if code, _, errOut := runCLI(t, "job", "dlq", verb, "--addr", addr, "job-none"); code != ExitFailed || !strings.Contains(errOut, "no dead letter") {
+		if code, _, errOut := runCLI(t, "job", "dlq", verb, "--addr", addr, "--token", tok, "job-none"); code != ExitFailed || !strings.Contains(errOut, "no dead letter") {
 			t.Fatalf("dlq %s of a job without one: code %d err %q", verb, code, errOut)
 		}
 	}
