@@ -25,6 +25,7 @@ import (
 	"github.com/gridfleet/terraform-provider-grid/backends/builtin"
 	"github.com/gridfleet/terraform-provider-grid/internal/bus"
 	"github.com/gridfleet/terraform-provider-grid/internal/config"
+	"github.com/gridfleet/terraform-provider-grid/internal/seal"
 )
 
 const (
@@ -64,6 +65,9 @@ type Agent struct {
 	reg      *backends.Registry
 	schemas  []api.BackendSchema
 	digest   string
+	// sealKey opens the sensitive params sealed for this agent; its
+	// public half is registered in NodeInfo.
+	sealKey *seal.KeyPair
 
 	nc       *nats.Conn
 	js       jetstream.JetStream
@@ -171,9 +175,14 @@ func New(cfg Config) (*Agent, error) {
 	for _, s := range schemas {
 		backendNames = append(backendNames, s.Name)
 	}
+	sealKey, err := seal.NewKeyPair()
+	if err != nil {
+		return nil, err
+	}
 	taskCtx, taskCancel := context.WithCancelCause(context.Background())
 	pubCtx, pubCancel := context.WithCancel(context.Background())
 	a := &Agent{
+		sealKey:    sealKey,
 		cfg:        cfg,
 		id:         cfg.Name,
 		hostname:   hostname,
@@ -202,6 +211,7 @@ func New(cfg Config) (*Agent, error) {
 		Backends:     backendNames,
 		Schemas:      schemas,
 		SchemaDigest: a.digest,
+		SealKey:      sealKey.Public(),
 		Status:       api.NodeOffline,
 		Version:      Version,
 	}

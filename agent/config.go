@@ -27,6 +27,11 @@ const (
 	DefaultTaskTimeout       = time.Hour
 	DefaultMaxConcurrent     = 32
 	DefaultShutdownGrace     = 30 * time.Second
+	// DefaultMaxOutputBytes caps a task's output and its error each.
+	DefaultMaxOutputBytes = 64 << 10
+	// MaxOutputBytesLimit is the most max_output_bytes may be: a final
+	// result must stay well under the bus's 8 MiB payload limit.
+	MaxOutputBytesLimit = 1 << 20
 )
 
 // Duration is a time.Duration written as "10s" in YAML.
@@ -67,6 +72,10 @@ type Config struct {
 	// before interrupting them. Zero means the default, as for every
 	// duration here.
 	ShutdownGrace Duration `yaml:"shutdown_grace"`
+	// MaxOutputBytes caps a task's output and its error message each
+	// (bytes); the result keeps the start and says it was truncated. Zero
+	// means the default (64 KiB), at most 1 MiB.
+	MaxOutputBytes int `yaml:"max_output_bytes"`
 
 	// Registry holds the backends to offer; nil means the built-in set.
 	Registry *backends.Registry `yaml:"-"`
@@ -123,6 +132,7 @@ func DefaultConfig() Config {
 		TaskTimeout:       Duration(DefaultTaskTimeout),
 		MaxConcurrent:     DefaultMaxConcurrent,
 		ShutdownGrace:     Duration(DefaultShutdownGrace),
+		MaxOutputBytes:    DefaultMaxOutputBytes,
 	}
 }
 
@@ -167,6 +177,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ShutdownGrace == 0 {
 		c.ShutdownGrace = d.ShutdownGrace
+	}
+	if c.MaxOutputBytes == 0 {
+		c.MaxOutputBytes = d.MaxOutputBytes
 	}
 	return c
 }
@@ -213,6 +226,9 @@ func (c Config) Validate() error {
 	}
 	if c.ShutdownGrace < 0 {
 		bad("shutdown_grace must not be negative, got %s", c.ShutdownGrace)
+	}
+	if c.MaxOutputBytes < 0 || c.MaxOutputBytes > MaxOutputBytesLimit {
+		bad("max_output_bytes must be between 1 and %d, got %d", MaxOutputBytesLimit, c.MaxOutputBytes)
 	}
 	if _, err := backends.ParseAllowlist(c.Allow); err != nil {
 		bad("allow: %w", err)

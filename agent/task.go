@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -28,9 +29,6 @@ const (
 	// abandonAfter is how long a backend may ignore its cancelled context
 	// before the agent reports the failure without it.
 	abandonAfter = 5 * time.Second
-	// maxOutput caps a result's output so a chatty backend cannot exceed
-	// the server's payload limit.
-	maxOutput = 1 << 20
 	// publishFor bounds how long a final result is retried: long enough
 	// for a clustered results stream to elect a new leader after a server
 	// fails (several seconds, during which a publish finds no stream).
@@ -55,6 +53,9 @@ type task struct {
 	parent  context.Context
 	span    trace.Span
 	spanCtx context.Context
+	// secrets are the sensitive values opened for this task, scrubbed
+	// from its output and error.
+	secrets []string
 	// started is when the backend started (zero if it never did); running
 	// sends the "running" report at most once, and never after the final
 	// result.
@@ -161,10 +162,14 @@ func (a *Agent) execute(t *task) (*backends.Result, chan struct{}, error) {
 	ctx, cancel := context.WithTimeoutCause(t.ctx, timeout, fmt.Errorf("task timed out after %s", timeout))
 	defer cancel()
 
+	params, err := a.openSealed(t)
+	if err != nil {
+		return nil, nil, err
+	}
 	prog := &progress{a: a, t: t}
 	req := &backends.Request{
 		Action:    t.cmd.Task.Action,
-		Params:    maps.Clone(t.cmd.Task.Params),
+		Params:    params,
 		CheckMode: t.cmd.CheckMode,
 		Progress:  prog.report,
 		JobID:     t.cmd.JobID,
@@ -183,13 +188,18 @@ func (a *Agent) execute(t *task) (*backends.Result, chan struct{}, error) {
 		defer func() {
 			// A panicking backend fails its task, not the agent.
 			if p := recover(); p != nil {
-				t.log.Error("backend panicked", "panic", p)
+				t.log.Error("backend panicked", "panic", t.scrub(fmt.Sprint(p)))
 				out <- outcome{err: fmt.Errorf("backend %s panicked: %v", t.cmd.Task.Backend, p)}
 			}
 		}()
 		bctx, span := a.startBackendSpan(ctx, t)
 		res, err := a.reg.Run(bctx, t.cmd.Task.Backend, req)
-		endSpan(span, err)
+		spanErr := err
+		if err != nil && len(t.secrets) > 0 {
+			// The span records the error's text: not a sensitive value.
+			spanErr = errors.New(t.scrub(err.Error()))
+		}
+		endSpan(span, spanErr)
 		out <- outcome{res, err}
 	}()
 
@@ -222,20 +232,27 @@ func (a *Agent) execute(t *task) (*backends.Result, chan struct{}, error) {
 // finish publishes the final result of a task.
 func (a *Agent) finish(t *task, start time.Time, res *backends.Result, err error) {
 	r := api.TaskResult{Status: api.StepSuccess, Duration: api.Duration(time.Since(start))}
+	limit := a.cfg.MaxOutputBytes
 	if res != nil {
-		r.Output = truncate(res.Output)
+		r.Output = a.truncate(t.scrub(res.Output), &r.Truncated)
 		r.Changed = res.Changed
 		r.Facts = res.Facts
 	}
 	if err != nil {
 		r.Status = api.StepFailed
-		r.Error = truncate(err.Error())
+		r.Error = a.truncate(t.scrub(err.Error()), &r.Truncated)
 		r.Cancelled = errors.Is(context.Cause(t.ctx), errJobCancelled)
 	}
 	if r.Facts != nil {
-		if _, ferr := json.Marshal(r.Facts); ferr != nil {
+		// Facts count against the same cap: a backend's facts are small
+		// by design, so ones that are not are dropped, not cut.
+		if fb, ferr := json.Marshal(r.Facts); ferr != nil {
 			t.log.Warn("dropping facts that do not encode as JSON", "err", ferr)
 			r.Facts = nil
+		} else if len(fb) > limit {
+			t.log.Warn("dropping facts larger than max_output_bytes", "bytes", len(fb), "max_output_bytes", limit)
+			r.Facts = map[string]any{"truncated": fmt.Sprintf("facts of %d bytes dropped (max_output_bytes %d)", len(fb), limit)}
+			r.Truncated = true
 		}
 	}
 	if !t.started.IsZero() {
@@ -253,11 +270,25 @@ func (a *Agent) finish(t *task, start time.Time, res *backends.Result, err error
 	a.observeTask(t, &r)
 }
 
-func truncate(s string) string {
-	if len(s) <= maxOutput {
+// truncate caps s at the agent's max_output_bytes, keeping the start (cut
+// at a UTF-8 boundary) and saying how much was dropped; it sets *cut when
+// it did.
+func (a *Agent) truncate(s string, cut *bool) string {
+	return truncateTo(s, a.cfg.MaxOutputBytes, cut)
+}
+
+func truncateTo(s string, limit int, cut *bool) string {
+	if len(s) <= limit {
 		return s
 	}
-	return s[:maxOutput] + "\n…(truncated)"
+	if cut != nil {
+		*cut = true
+	}
+	keep := limit
+	for keep > 0 && !utf8.RuneStart(s[keep]) {
+		keep--
+	}
+	return s[:keep] + fmt.Sprintf("\n…(truncated: %d bytes, kept the first %d; max_output_bytes)", len(s), keep)
 }
 
 func (a *Agent) fill(t *task, r *api.TaskResult) string {
@@ -370,7 +401,7 @@ func (p *progress) report(pct int, message string) {
 	p.a.reportRunning(p.t)
 	// Publishing under the lock keeps a report from overtaking the final
 	// result: stop waits for it.
-	p.a.publishCore(p.t, api.TaskResult{Status: api.ResultProgress, Progress: &pct, Output: truncate(message), Timestamp: now.UTC()})
+	p.a.publishCore(p.t, api.TaskResult{Status: api.ResultProgress, Progress: &pct, Output: p.a.truncate(p.t.scrub(message), nil), Timestamp: now.UTC()})
 	p.mu.Unlock()
 }
 
@@ -378,4 +409,39 @@ func (p *progress) stop() {
 	p.mu.Lock()
 	p.stopped = true
 	p.mu.Unlock()
+}
+
+// openSealed returns the task's params with its sensitive values opened.
+// A param that holds api.SensitiveValue without a value sealed for this
+// node fails the task, naming the param: running with the placeholder
+// would be wrong.
+func (a *Agent) openSealed(t *task) (api.Params, error) {
+	params := maps.Clone(t.cmd.Task.Params)
+	for k, v := range params {
+		if v != api.SensitiveValue {
+			continue
+		}
+		sealed, ok := t.cmd.Sealed[k]
+		if !ok {
+			return nil, fmt.Errorf("sensitive param %q did not arrive sealed for this node (the controller could not read it, or this agent registered no seal key)", k)
+		}
+		plain, err := a.sealKey.Open(sealed, api.SealContext(t.cmd.JobID, t.cmd.TaskIndex, a.id, k))
+		if err != nil {
+			return nil, fmt.Errorf("sensitive param %q: %w", k, err)
+		}
+		params[k] = string(plain)
+		if len(plain) > 0 {
+			t.secrets = append(t.secrets, string(plain))
+		}
+	}
+	return params, nil
+}
+
+// scrub replaces the task's sensitive values in text it reports (a
+// program's output or error may echo them).
+func (t *task) scrub(s string) string {
+	for _, v := range t.secrets {
+		s = strings.ReplaceAll(s, v, api.SensitiveValue)
+	}
+	return s
 }

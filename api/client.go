@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -220,10 +221,47 @@ func (c *Client) CancelJob(ctx context.Context, id string) (*Job, error) {
 	return &j, nil
 }
 
-// ListJobs lists jobs, newest first.
+// ListJobs lists the first page of jobs (the controller's default limit,
+// 100), newest first.
 func (c *Client) ListJobs(ctx context.Context) ([]Job, error) {
+	return c.ListJobsPage(ctx, JobQuery{})
+}
+
+// JobQuery selects a page of GET /jobs; zero fields are left to the
+// controller (limit 100, no filter, from the newest job).
+type JobQuery struct {
+	// Limit is the page size (1..1000).
+	Limit int
+	// Cursor continues after a job: JobCursor of the last job of the
+	// previous page.
+	Cursor string
+	// Status and SubmittedBy filter.
+	Status      JobStatus
+	SubmittedBy string
+}
+
+// ListJobsPage lists one page of jobs, newest first. A page shorter than
+// the limit is the last.
+func (c *Client) ListJobsPage(ctx context.Context, q JobQuery) ([]Job, error) {
+	v := url.Values{}
+	if q.Limit > 0 {
+		v.Set("limit", strconv.Itoa(q.Limit))
+	}
+	if q.Cursor != "" {
+		v.Set("cursor", q.Cursor)
+	}
+	if q.Status != "" {
+		v.Set("status", string(q.Status))
+	}
+	if q.SubmittedBy != "" {
+		v.Set("submitted_by", q.SubmittedBy)
+	}
+	path := "/jobs"
+	if len(v) > 0 {
+		path += "?" + v.Encode()
+	}
 	var out []Job
-	return out, c.do(ctx, http.MethodGet, "/jobs", nil, &out)
+	return out, c.do(ctx, http.MethodGet, path, nil, &out)
 }
 
 // ListNodes lists registered nodes.

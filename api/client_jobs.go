@@ -1,66 +1,10 @@
 package api
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"fmt"
 	"net/http"
 	"net/url"
-	"strconv"
 )
-
-// ListJobsOptions narrows GET /jobs.
-type ListJobsOptions struct {
-	// Status keeps only jobs in this state ("" keeps all).
-	Status JobStatus
-	// Limit bounds how many jobs come back (0: the controller's default).
-	Limit int
-}
-
-// ListJobsWith lists jobs, newest first, filtered by status and bounded by
-// limit. It sends the query parameters GET /jobs pages with (status,
-// limit) and also applies both itself, so it holds against a controller
-// that answers with every job, as a bare array or as a page object.
-func (c *Client) ListJobsWith(ctx context.Context, o ListJobsOptions) ([]Job, error) {
-	q := url.Values{}
-	if o.Status != "" {
-		q.Set("status", string(o.Status))
-	}
-	if o.Limit > 0 {
-		q.Set("limit", strconv.Itoa(o.Limit))
-	}
-	path := "/jobs"
-	if len(q) > 0 {
-		path += "?" + q.Encode()
-	}
-	var raw json.RawMessage
-	if err := c.do(ctx, http.MethodGet, path, nil, &raw); err != nil {
-		return nil, err
-	}
-	var jobs []Job
-	if t := bytes.TrimSpace(raw); len(t) > 0 && t[0] == '{' {
-		var page struct {
-			Jobs []Job `json:"jobs"`
-		}
-		if err := json.Unmarshal(t, &page); err != nil {
-			return nil, fmt.Errorf("decode jobs page: %w", err)
-		}
-		jobs = page.Jobs
-	} else if err := json.Unmarshal(t, &jobs); err != nil {
-		return nil, fmt.Errorf("decode jobs: %w", err)
-	}
-	out := jobs[:0]
-	for _, j := range jobs {
-		if o.Status == "" || j.Status == o.Status {
-			out = append(out, j)
-		}
-	}
-	if o.Limit > 0 && len(out) > o.Limit {
-		out = out[:o.Limit]
-	}
-	return out, nil
-}
 
 // RetryJob submits a new job with the spec of a finished one, linked by
 // retry_of; failedOnly narrows it to the nodes that did not succeed.

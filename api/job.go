@@ -150,6 +150,12 @@ type Job struct {
 	NotBefore *time.Time `json:"not_before,omitempty"`
 }
 
+// JobCursor is the GET /jobs cursor that continues after j: the next page
+// holds the jobs created before it (newest first).
+func JobCursor(j *Job) string {
+	return strconv.FormatInt(j.CreatedAt.UnixNano(), 10) + "-" + j.ID
+}
+
 // JobResults maps flat step index → node id → result.
 type JobResults map[int]map[string]*NodeResult
 
@@ -272,7 +278,10 @@ type TaskResult struct {
 	Facts     map[string]any `json:"facts,omitempty"`
 	Progress  *int           `json:"progress,omitempty"`
 	// Cancelled says the task stopped because its job was cancelled.
-	Cancelled bool     `json:"cancelled,omitempty"`
+	Cancelled bool `json:"cancelled,omitempty"`
+	// Truncated says the agent cut the output, error or facts to its
+	// max_output_bytes (the text says where).
+	Truncated bool     `json:"truncated,omitempty"`
 	Duration  Duration `json:"duration"`
 	// StartedAt, on a final result, is when the backend started; absent
 	// when it never did. A task that ends quickly sends no "running"
@@ -304,6 +313,16 @@ type Command struct {
 	// ResolvedAt is when the target was resolved: an agent that came online
 	// later was not expected and ignores a broadcast.
 	ResolvedAt time.Time `json:"resolved_at"`
+	// Sealed holds the sensitive params' values (Task.Params holds
+	// SensitiveValue for them), each sealed for the one node the command
+	// goes to; see SealContext.
+	Sealed map[string]string `json:"sealed,omitempty"`
+}
+
+// SealContext binds a sealed param value to its job, step, node and param,
+// so it cannot be replayed into another command.
+func SealContext(job string, step int, node, param string) []byte {
+	return []byte(job + "/" + strconv.Itoa(step) + "/" + node + "/" + param)
 }
 
 // Node states.
@@ -323,8 +342,11 @@ type NodeInfo struct {
 	// stored once per digest in the schemas bucket, so heartbeats stay small.
 	Schemas      []BackendSchema `json:"schemas,omitempty"`
 	SchemaDigest string          `json:"schema_digest,omitempty"`
-	Status       string          `json:"status"`
-	Version      string          `json:"version,omitempty"`
+	// SealKey is the agent's public key (X25519) that sensitive params are
+	// sealed for.
+	SealKey string `json:"seal_key,omitempty"`
+	Status  string `json:"status"`
+	Version string `json:"version,omitempty"`
 	// OnlineSince is when the agent's current session registered.
 	OnlineSince time.Time `json:"online_since"`
 	LastSeen    time.Time `json:"last_seen"`

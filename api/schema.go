@@ -37,7 +37,16 @@ type ParamSchema struct {
 	Pattern     string    `json:"pattern,omitempty"`
 	Enum        []string  `json:"enum,omitempty"`
 	Description string    `json:"description,omitempty"`
+	// Sensitive values (passwords, tokens) are never stored or shown in
+	// clear: jobs hold SensitiveValue in their place, the controller keeps
+	// them encrypted until the job ends, and each agent receives them
+	// sealed for it alone.
+	Sensitive bool `json:"sensitive,omitempty"`
 }
+
+// SensitiveValue stands for a sensitive param's value wherever a job is
+// stored or shown.
+const SensitiveValue = "(sensitive)"
 
 // ActionSchema declares one action of a backend.
 type ActionSchema struct {
@@ -151,8 +160,14 @@ func (p ParamSchema) CheckValue(v string) error {
 			return fmt.Errorf("%q is not a boolean (true or false)", v)
 		}
 	case TypeDuration:
-		if _, err := time.ParseDuration(v); err != nil {
+		d, err := time.ParseDuration(v)
+		if err != nil {
 			return fmt.Errorf("%q is not a duration (examples: 500ms, 30s, 5m)", v)
+		}
+		// No action has a use for a negative duration; a sleep or a
+		// timeout of -5s is a typo that must not pass as "at once".
+		if d < 0 {
+			return fmt.Errorf("%q is negative; want a duration of zero or more", v)
 		}
 	}
 	if strings.ContainsRune(v, 0) {

@@ -19,6 +19,12 @@ const (
 	// BucketTokens holds the API tokens (hashed) by name; only controllers
 	// read it.
 	BucketTokens = "tokens"
+	// BucketKeys holds the cluster key that encrypts sensitive params at
+	// rest (controllers only).
+	BucketKeys = "keys"
+	// BucketJobSecrets holds, by job id, a job's sensitive param values
+	// encrypted under the cluster key, while the job may still run.
+	BucketJobSecrets = "job_secrets"
 
 	SubjectRequests = "request.>"
 	SubjectCommands = "cmd.>"

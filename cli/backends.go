@@ -78,6 +78,9 @@ func writeBackend(w io.Writer, b api.BackendSchema) error {
 			if len(p.Enum) > 0 {
 				desc += " (one of: " + strings.Join(p.Enum, ", ") + ")"
 			}
+			if p.Sensitive {
+				desc += " (sensitive: stored and shown as " + api.SensitiveValue + ")"
+			}
 			_, _ = fmt.Fprintf(tw, "  --%s\t%s\t%s\t%s\t%s\n", p.Name, p.Type, yesNo(p.Required), orDash(p.Default), desc)
 		}
 		if err := tw.Flush(); err != nil {

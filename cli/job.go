@@ -438,26 +438,32 @@ partially failed, 3 unreachable nodes alone kept it from completing.`,
 }
 
 func newJobListCommand(g *globals) *cobra.Command {
+	var q api.JobQuery
 	var status string
-	var limit int
 	cmd := &cobra.Command{
-		Use:   "list [--status STATUS] [--limit N]",
-		Short: "List jobs, newest first",
+		Use:   "list",
+		Short: "List jobs, newest first (one page; --cursor continues)",
 		Args:  exactArgs(),
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
 			if status != "" && !api.KnownJobStatus(api.JobStatus(status)) {
 				return usageErrorf("--status %q: want one of %s", status, strings.Join(api.JobStatusNames(), ", "))
 			}
-			if limit < 0 {
-				return usageErrorf("--limit %d: want 0 (no limit) or more", limit)
+			if q.Limit < 1 || q.Limit > 1000 {
+				return usageErrorf("--limit %d: want 1 to 1000 jobs per page", q.Limit)
 			}
 			c, err := g.client()
 			if err != nil {
 				return err
 			}
-			jobs, err := c.ListJobsWith(cmd.Context(), api.ListJobsOptions{Status: api.JobStatus(status), Limit: limit})
+			q.Status = api.JobStatus(status)
+			jobs, err := c.ListJobsPage(cmd.Context(), q)
 			if err != nil {
 				return fmt.Errorf("list jobs: %w", err)
+			}
+			if !g.json() && len(jobs) == q.Limit && len(jobs) > 0 {
+				defer func() {
+					_, _ = fmt.Fprintf(g.stderr, "more jobs: grid job list --limit %d --cursor %s\n", q.Limit, api.JobCursor(&jobs[len(jobs)-1]))
+				}()
 			}
 			if g.json() {
 				if jobs == nil {
@@ -468,8 +474,10 @@ func newJobListCommand(g *globals) *cobra.Command {
 			return printJobList(g.stdout, jobs, time.Now())
 		}),
 	}
+	cmd.Flags().IntVar(&q.Limit, "limit", 50, "jobs per page (1-1000)")
+	cmd.Flags().StringVar(&q.Cursor, "cursor", "", "continue after this job (printed when there are more)")
 	cmd.Flags().StringVar(&status, "status", "", "only jobs in this state: "+strings.Join(api.JobStatusNames(), ", "))
-	cmd.Flags().IntVar(&limit, "limit", 0, "at most N jobs, newest first (0: all the controller returns)")
+	cmd.Flags().StringVar(&q.SubmittedBy, "submitted-by", "", "only jobs submitted with this token name")
 	return cmd
 }
 

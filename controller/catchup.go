@@ -66,6 +66,7 @@ func (r *run) catchUp(steps []api.FlatStep, nr map[string]*nodeRun, now time.Tim
 		r.log.Info("no answer from node; sending the command again", "step", s.Index, "node", n.id,
 			"attempt", n.attempt, "resend", cu.count, "since", now.Sub(n.sentAt).Round(time.Millisecond))
 		cmd := r.command(s, n.attempt)
+		r.sealFor(&cmd, n.id)
 		r.c.publishCommand(r.stepCtx(s), api.NodeCommandSubject(n.id, s.Task.Backend, s.Task.Action), &cmd)
 	}
 }

@@ -72,6 +72,10 @@ type Config struct {
 	// ControllerStaleAfter is how old a peer's heartbeat may get before its
 	// running jobs are taken over.
 	ControllerStaleAfter config.Duration `yaml:"controller_stale_after"`
+	// JobRetention is how long a finished job is kept (GET /job answers
+	// 404 after it): the jobs bucket holds running and pending jobs plus
+	// this much history.
+	JobRetention config.Duration `yaml:"job_retention"`
 	// MaxBodyBytes caps request bodies; larger ones get 413.
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
 	// Allow is the controller's own policy of submittable actions: entries
@@ -122,6 +126,7 @@ func DefaultConfig() Config {
 		FlushInterval:        config.Duration(100 * time.Millisecond),
 		HeartbeatInterval:    config.Duration(5 * time.Second),
 		ControllerStaleAfter: config.Duration(15 * time.Second),
+		JobRetention:         config.Duration(7 * 24 * time.Hour),
 		MaxBodyBytes:         api.MaxJobFileBytes,
 		DangerousRoles:       []api.Role{api.RoleAdmin},
 		MemoryLimit:          DefaultMemoryLimit,
@@ -171,7 +176,7 @@ func (c Config) Validate() error {
 		"node_offline_after": c.NodeOfflineAfter, "default_task_timeout": c.DefaultTaskTimeout,
 		"result_grace": c.ResultGrace, "retry_backoff": c.RetryBackoff, "retry_backoff_max": c.RetryBackoffMax,
 		"flush_interval": c.FlushInterval, "heartbeat_interval": c.HeartbeatInterval,
-		"controller_stale_after": c.ControllerStaleAfter,
+		"controller_stale_after": c.ControllerStaleAfter, "job_retention": c.JobRetention,
 	} {
 		if d <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive", name))

@@ -24,6 +24,7 @@ import (
 	"github.com/gridfleet/terraform-provider-grid/api"
 	"github.com/gridfleet/terraform-provider-grid/backends"
 	"github.com/gridfleet/terraform-provider-grid/internal/bus"
+	"github.com/gridfleet/terraform-provider-grid/internal/seal"
 	"github.com/gridfleet/terraform-provider-grid/internal/telemetry"
 )
 
@@ -44,6 +45,13 @@ type Controller struct {
 	// allow is the controller's allow list of submittable actions; nil
 	// allows every action online nodes offer.
 	allow *backends.Allowlist
+	// jobIdx is the compact view of the jobs bucket that lists, counts and
+	// retention use.
+	jobIdx *jobIndex
+	// box encrypts sensitive params at rest (the cluster key); secretsKV
+	// holds them while their job may run.
+	box       *seal.Box
+	secretsKV jetstream.KeyValue
 
 	httpSrv  *http.Server
 	debugSrv *http.Server
@@ -189,6 +197,17 @@ func (c *Controller) Start(ctx context.Context) error {
 		return fail(err)
 	}
 	c.jobs = &jobStore{kv: jobsKV}
+	c.jobIdx = newJobIndex()
+	keysKV, err := c.js.KeyValue(setupCtx, api.BucketKeys)
+	if err != nil {
+		return fail(err)
+	}
+	if c.box, err = loadClusterKey(setupCtx, keysKV); err != nil {
+		return fail(err)
+	}
+	if c.secretsKV, err = c.js.KeyValue(setupCtx, api.BucketJobSecrets); err != nil {
+		return fail(err)
+	}
 	nodesKV, err := c.js.KeyValue(setupCtx, api.BucketNodes)
 	if err != nil {
 		return fail(err)
@@ -214,6 +233,10 @@ func (c *Controller) Start(ctx context.Context) error {
 		return fail(err)
 	}
 	if c.adminToken, err = c.ensureAdminToken(setupCtx); err != nil {
+		stopRuns()
+		return fail(err)
+	}
+	if err := c.jobIdx.watch(runCtx, jobsKV); err != nil {
 		stopRuns()
 		return fail(err)
 	}
@@ -264,6 +287,7 @@ func (c *Controller) Start(ctx context.Context) error {
 	c.intake.Go(func() { c.schedule(intakeCtx) })
 	c.intake.Go(func() { c.recoverLoop(intakeCtx) })
 	c.loops.Go(func() { c.heartbeat(runCtx) })
+	c.loops.Go(func() { c.sweepJobs(runCtx) })
 	c.mu.Lock()
 	c.ready = true
 	c.mu.Unlock()
@@ -461,6 +485,9 @@ func (c *Controller) jobFinished(r *run, status api.JobStatus) {
 	c.mu.Lock()
 	delete(c.runs, r.job.ID)
 	c.mu.Unlock()
+	if status.Terminal() && r.secrets != nil {
+		c.dropSecrets(r.job.ID)
+	}
 	<-c.slots
 }
 

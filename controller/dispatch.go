@@ -54,7 +54,9 @@ func (r *run) dispatchMany(s api.FlatStep, nodes []*nodeRun, attempt int) {
 	t := r.job.Target
 	// A job narrowed to some nodes (a retry of the failed ones) is sent
 	// node by node: a broadcast would reach the target's other nodes too.
-	if len(r.job.Nodes) == 0 && (t.Scope == api.ScopeAll || t.Scope == api.ScopeGroup) {
+	// So is a step with sensitive values, to each node on its own subject,
+	// sealed for that node.
+	if len(r.job.Nodes) == 0 && (t.Scope == api.ScopeAll || t.Scope == api.ScopeGroup) && len(r.secrets[s.Index]) == 0 {
 		active := make(map[string]bool, len(nodes))
 		for _, n := range nodes {
 			active[n.id] = true
@@ -81,6 +83,7 @@ func (r *run) dispatchMany(s api.FlatStep, nodes []*nodeRun, attempt int) {
 // dispatchOne sends one attempt of a step to one node.
 func (r *run) dispatchOne(s api.FlatStep, n *nodeRun, attempt int) {
 	cmd := r.command(s, attempt)
+	r.sealFor(&cmd, n.id)
 	r.markDispatched(s, []*nodeRun{n}, attempt)
 	r.c.publishCommand(r.stepCtx(s), api.NodeCommandSubject(n.id, s.Task.Backend, s.Task.Action), &cmd)
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -91,14 +92,9 @@ func (c *Controller) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "read request body: "+err.Error())
 		return
 	}
-	spec, err := api.ParseJobSpec(body)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	job := spec.Job()
 	cat := c.catalog()
-	if err := cat.ValidateJob(job); err != nil {
+	job, err := decodeSubmission(body, cat)
+	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
@@ -111,6 +107,17 @@ func (c *Controller) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	// API did); the job resolves it again when it starts.
 	online, offline := c.reg.preview(job.Target)
 	if err := validateOnNodes(job, c.reg.catalogsOf(online)); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	// Sensitive values leave the job here: it is stored and answered with
+	// (sensitive) in their place.
+	secrets, err := extractSensitive(job, cat)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if err := c.checkJobSize(job); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
@@ -144,6 +151,12 @@ func (c *Controller) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		job.Strategy = api.StrategyFailFast
 	}
 	stampTrace(r.Context(), job)
+	if len(secrets) > 0 {
+		if err := c.storeSecrets(r.Context(), job.ID, secrets); err != nil {
+			writeError(w, http.StatusServiceUnavailable, err.Error())
+			return
+		}
+	}
 	rev, stored, err := c.jobs.create(r.Context(), job)
 	if err != nil {
 		// The write may have landed without its answer (a server failing
@@ -451,24 +464,71 @@ func (c *Controller) handleCancel(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusAccepted, j)
 }
 
+// Paging of GET /jobs.
+const (
+	defaultJobsLimit = 100
+	maxJobsLimit     = 1000
+)
+
+// handleListJobs answers one page of jobs, newest first: ?limit= (default
+// 100, at most 1000), ?cursor= (api.JobCursor of the last job of the
+// previous page), ?status= and ?submitted_by= filters. It picks the page
+// from the in-memory index and reads only those jobs.
 func (c *Controller) handleListJobs(w http.ResponseWriter, r *http.Request) {
-	jobs, err := c.jobs.list(r.Context())
+	q, err := parseJobQuery(r.URL.Query())
 	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	defer cancel()
+	if err := c.jobIdx.waitReady(ctx); err != nil {
 		writeError(w, http.StatusServiceUnavailable, err.Error())
 		return
 	}
-	status := r.URL.Query().Get("status")
-	out := make([]api.Job, 0, len(jobs))
-	for _, j := range jobs {
-		if lr := c.localRun(j.ID); lr != nil {
-			j = *lr.snapshot()
+	ids := c.jobIdx.page(q)
+	out := make([]*api.Job, 0, len(ids))
+	for _, id := range ids {
+		j, err := c.currentJob(ctx, id)
+		if errors.Is(err, api.ErrNotFound) {
+			continue // removed since
 		}
-		if status != "" && string(j.Status) != status {
+		if err != nil {
+			writeError(w, http.StatusServiceUnavailable, err.Error())
+			return
+		}
+		// The index may be a moment behind a local run.
+		if q.status != "" && j.Status != q.status {
 			continue
 		}
 		out = append(out, j)
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// parseJobQuery reads GET /jobs's query parameters.
+func parseJobQuery(v url.Values) (jobQuery, error) {
+	q := jobQuery{limit: defaultJobsLimit, status: api.JobStatus(v.Get("status")), submittedBy: v.Get("submitted_by")}
+	if s := v.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > maxJobsLimit {
+			return q, fmt.Errorf("limit %q: want a number from 1 to %d", s, maxJobsLimit)
+		}
+		q.limit = n
+	}
+	if s := v.Get("cursor"); s != "" {
+		cur, err := parseCursor(s)
+		if err != nil {
+			return q, err
+		}
+		q.after = cur
+	}
+	switch q.status {
+	case "", api.JobPending, api.JobRunning, api.JobCompleted, api.JobFailed, api.JobCancelled, api.JobPartialFailure:
+	default:
+		return q, fmt.Errorf("status %q: want pending, running, completed, failed, cancelled or partial_failure", q.status)
+	}
+	return q, nil
 }
 
 func (c *Controller) handleListNodes(w http.ResponseWriter, _ *http.Request) {
@@ -486,18 +546,14 @@ func (c *Controller) handleGetNode(w http.ResponseWriter, r *http.Request) {
 }
 
 func (c *Controller) handleStatus(w http.ResponseWriter, r *http.Request) {
-	jobs, err := c.jobs.list(r.Context())
-	if err != nil {
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	defer cancel()
+	if err := c.jobIdx.waitReady(ctx); err != nil {
 		writeError(w, http.StatusServiceUnavailable, err.Error())
 		return
 	}
-	qs := api.QueueStats{Total: len(jobs), StatusCounts: map[string]int{}, OperationCounts: map[string]int{}}
-	for _, j := range jobs {
-		qs.StatusCounts[string(j.Status)]++
-		for _, s := range api.Flatten(j.Tasks) {
-			qs.OperationCounts[s.Task.Name()]++
-		}
-	}
+	// Counted as the jobs bucket changes, not by reading it.
+	qs := c.jobIdx.stats()
 	ctls, _ := c.controllers(r.Context())
 	hctx, cancel := context.WithTimeout(r.Context(), streamHealthTimeout)
 	defer cancel()

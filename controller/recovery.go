@@ -61,13 +61,13 @@ func (c *Controller) recoverOrphans(ctx context.Context) {
 	if err != nil || len(dead) == 0 {
 		return
 	}
-	jobs, err := c.jobs.list(ctx)
-	if err != nil {
+	// The index names the candidates without reading every job; adopt
+	// reads and claims each by compare-and-swap.
+	if c.jobIdx.waitReady(ctx) != nil {
 		return
 	}
-	for i := range jobs {
-		j := &jobs[i]
-		if j.Status != api.JobRunning || !dead[j.Owner] || c.localRun(j.ID) != nil {
+	for _, j := range c.jobIdx.running() {
+		if !dead[j.Owner] || c.localRun(j.ID) != nil {
 			continue
 		}
 		select {

@@ -56,6 +56,9 @@ type run struct {
 	settleOnce sync.Once
 	final      []byte
 
+	// secrets are the job's sensitive values (nil when it has none).
+	secrets stepSecrets
+
 	// span is the job's span; trace follows the steps being run.
 	span  trace.Span
 	trace *stepTrace
@@ -176,6 +179,11 @@ func (r *run) flush() int {
 	}
 	id := r.job.ID
 	data, err := r.enc.encode(r.job)
+	if limit := r.c.maxJobBytes(); err == nil && len(data) > limit {
+		// Never written otherwise: the job would stay running for ever.
+		r.log.Warn("job outgrew the bus limit; cutting stored outputs", "bytes", len(data), "limit", limit)
+		data, err = shrinkResults(r.job, r.enc, limit)
+	}
 	terminal := r.job.Status.Terminal()
 	r.dirty = false
 	r.mu.Unlock()

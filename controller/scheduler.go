@@ -157,6 +157,17 @@ func (c *Controller) startRun(job *api.Job, rev uint64) bool {
 		ctx: rctx, cancel: cancel, stopTimeout: stopTimeout, job: job, enc: newJobEncoder(), rev: rev, resolvedAt: *job.StartedAt,
 		flushKick: make(chan struct{}, 1), done: make(chan struct{}), settled: make(chan struct{}),
 	}
+	if hasSensitive(r.steps) {
+		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+		sec, err := c.loadSecrets(sctx, job.ID)
+		scancel()
+		if err != nil {
+			// The steps that need them fail on the node, naming the param.
+			r.log.Warn("sensitive params unavailable", "err", err)
+			sec = stepSecrets{}
+		}
+		r.secrets = sec
+	}
 	if !c.addRun(r) {
 		cancel(errShutdown)
 		stopTimeout()

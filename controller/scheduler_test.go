@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gridfleet/terraform-provider-grid/agent"
 	"github.com/gridfleet/terraform-provider-grid/api"
 	"github.com/gridfleet/terraform-provider-grid/internal/fleet"
 	"github.com/gridfleet/terraform-provider-grid/internal/fleet/fleettest"
@@ -46,7 +47,8 @@ tasks:
 // A job too big to ride along in its request (which then holds only the
 // id) is claimed by reading it.
 func TestBigJobIsClaimedFromTheBucket(t *testing.T) {
-	f := fleettest.Start(t, fleet.Options{Agents: 1})
+	// The agent echoes the whole message (over the default output cap).
+	f := fleettest.Start(t, fleet.Options{Agents: 1, Agent: func(_ int, c *agent.Config) { c.MaxOutputBytes = agent.MaxOutputBytesLimit }})
 	msg := strings.Repeat("x", 100<<10)
 	j := submitWait(t, f, "target: {scope: all}\ntasks: [{backend: ping, action: echo, params: {message: "+msg+"}}]")
 	if j.Status != api.JobCompleted || j.Results.Node(0, j.Expected[0]).Output != msg {

@@ -26,12 +26,13 @@ var (
 		"value": types.StringType,
 	}
 	leafAttrTypes = map[string]attr.Type{
-		"backend":     types.StringType,
-		"action":      types.StringType,
-		"params":      types.MapType{ElemType: types.StringType},
-		"timeout":     types.StringType,
-		"max_retries": types.Int64Type,
-		"condition":   types.StringType,
+		"backend":          types.StringType,
+		"action":           types.StringType,
+		"params":           types.MapType{ElemType: types.StringType},
+		"sensitive_params": types.MapType{ElemType: types.StringType},
+		"timeout":          types.StringType,
+		"max_retries":      types.Int64Type,
+		"condition":        types.StringType,
 	}
 	leafObjectType = types.ObjectType{AttrTypes: leafAttrTypes}
 	taskAttrTypes  = withAttr(withAttr(withAttr(leafAttrTypes, "tasks", types.ListType{ElemType: leafObjectType}),
@@ -62,13 +63,16 @@ type targetModel struct {
 // taskModel maps one element of tasks: a leaf (backend/action) or a branch
 // (nested tasks, a per-node pipeline).
 type taskModel struct {
-	Backend    types.String `tfsdk:"backend"`
-	Action     types.String `tfsdk:"action"`
-	Params     types.Map    `tfsdk:"params"`
-	Timeout    types.String `tfsdk:"timeout"`
-	MaxRetries types.Int64  `tfsdk:"max_retries"`
-	Condition  types.String `tfsdk:"condition"`
-	Tasks      types.List   `tfsdk:"tasks"`
+	Backend types.String `tfsdk:"backend"`
+	Action  types.String `tfsdk:"action"`
+	Params  types.Map    `tfsdk:"params"`
+	// SensitiveParams are merged with Params; Terraform marks them
+	// sensitive.
+	SensitiveParams types.Map    `tfsdk:"sensitive_params"`
+	Timeout         types.String `tfsdk:"timeout"`
+	MaxRetries      types.Int64  `tfsdk:"max_retries"`
+	Condition       types.String `tfsdk:"condition"`
+	Tasks           types.List   `tfsdk:"tasks"`
 	// MaxConcurrency and MaxErrors roll a top-level task out (see api.Phase).
 	MaxConcurrency types.String `tfsdk:"max_concurrency"`
 	MaxErrors      types.String `tfsdk:"max_errors"`
@@ -76,16 +80,17 @@ type taskModel struct {
 
 // leafModel maps one element of a nested tasks list.
 type leafModel struct {
-	Backend    types.String `tfsdk:"backend"`
-	Action     types.String `tfsdk:"action"`
-	Params     types.Map    `tfsdk:"params"`
-	Timeout    types.String `tfsdk:"timeout"`
-	MaxRetries types.Int64  `tfsdk:"max_retries"`
-	Condition  types.String `tfsdk:"condition"`
+	Backend         types.String `tfsdk:"backend"`
+	Action          types.String `tfsdk:"action"`
+	Params          types.Map    `tfsdk:"params"`
+	SensitiveParams types.Map    `tfsdk:"sensitive_params"`
+	Timeout         types.String `tfsdk:"timeout"`
+	MaxRetries      types.Int64  `tfsdk:"max_retries"`
+	Condition       types.String `tfsdk:"condition"`
 }
 
 func (l leafModel) task() taskModel {
-	return taskModel{Backend: l.Backend, Action: l.Action, Params: l.Params, Timeout: l.Timeout,
+	return taskModel{Backend: l.Backend, Action: l.Action, Params: l.Params, SensitiveParams: l.SensitiveParams, Timeout: l.Timeout,
 		MaxRetries: l.MaxRetries, Condition: l.Condition, Tasks: types.ListNull(leafObjectType),
 		MaxConcurrency: types.StringNull(), MaxErrors: types.StringNull()}
 }
@@ -97,6 +102,8 @@ type specLeaf struct {
 	// Field is the same path in api's notation.
 	Field string
 	Task  api.Task
+	// Hidden names the params set in sensitive_params.
+	Hidden map[string]bool
 	// Known is false when any of the leaf's values is unknown.
 	Known bool
 }
@@ -144,6 +151,12 @@ func readTasks(ctx context.Context, l types.List, root path.Path, field string, 
 			return tree, diags
 		}
 		ph, known := phaseFrom(tm)
+		for k := range tm.SensitiveParams.Elements() {
+			if _, dup := tm.Params.Elements()[k]; dup {
+				diags.AddAttributeError(p.AtName("sensitive_params").AtMapKey(k), "Invalid Task Parameters",
+					fmt.Sprintf("Parameter %q is set in both params and sensitive_params; set it in one of them (sensitive_params for a secret).", k))
+			}
+		}
 		if !tm.Tasks.IsNull() {
 			sub, d := readTasks(ctx, tm.Tasks, p.AtName("tasks"), f+".tasks", true)
 			diags.Append(d...)
@@ -153,7 +166,11 @@ func readTasks(ctx context.Context, l types.List, root path.Path, field string, 
 			tree.Phases = append(tree.Phases, ph)
 			continue
 		}
-		tree.Leaves = append(tree.Leaves, specLeaf{Path: p, Field: f, Task: ph.ToTask(), Known: known})
+		hidden := map[string]bool{}
+		for k := range tm.SensitiveParams.Elements() {
+			hidden[k] = true
+		}
+		tree.Leaves = append(tree.Leaves, specLeaf{Path: p, Field: f, Task: ph.ToTask(), Hidden: hidden, Known: known})
 		tree.Known = tree.Known && known
 		tree.Phases = append(tree.Phases, ph)
 	}
@@ -165,7 +182,7 @@ func readTasks(ctx context.Context, l types.List, root path.Path, field string, 
 func phaseFrom(tm taskModel) (api.Phase, bool) {
 	known := !tm.Backend.IsUnknown() && !tm.Action.IsUnknown() && !tm.Timeout.IsUnknown() &&
 		!tm.MaxRetries.IsUnknown() && !tm.Condition.IsUnknown() && !tm.Params.IsUnknown() && !tm.Tasks.IsUnknown() &&
-		!tm.MaxConcurrency.IsUnknown() && !tm.MaxErrors.IsUnknown()
+		!tm.MaxConcurrency.IsUnknown() && !tm.MaxErrors.IsUnknown() && !tm.SensitiveParams.IsUnknown()
 	ph := api.Phase{
 		Backend:        tm.Backend.ValueString(),
 		Action:         tm.Action.ValueString(),
@@ -175,9 +192,14 @@ func phaseFrom(tm taskModel) (api.Phase, bool) {
 		MaxConcurrency: limitFrom(tm.MaxConcurrency),
 		MaxErrors:      limitFrom(tm.MaxErrors),
 	}
-	if !tm.Params.IsNull() && !tm.Params.IsUnknown() {
-		ph.Params = api.Params{}
-		for k, v := range tm.Params.Elements() {
+	for _, m := range []types.Map{tm.Params, tm.SensitiveParams} {
+		if m.IsNull() || m.IsUnknown() {
+			continue
+		}
+		if ph.Params == nil {
+			ph.Params = api.Params{}
+		}
+		for k, v := range m.Elements() {
 			s, ok := v.(types.String)
 			if !ok || s.IsUnknown() {
 				known = false
@@ -224,25 +246,35 @@ func tasksValue(phases []api.Phase) (types.List, diag.Diagnostics) {
 }
 
 func leafAttrs(ph api.Phase) map[string]attr.Value {
-	params := types.MapNull(types.StringType)
-	if len(ph.Params) > 0 {
-		m := make(map[string]attr.Value, len(ph.Params))
-		for k, v := range ph.Params {
-			m[k] = types.StringValue(v)
+	// The controller shows a sensitive value as api.SensitiveValue; it
+	// belongs in sensitive_params.
+	plain, hidden := map[string]attr.Value{}, map[string]attr.Value{}
+	for k, v := range ph.Params {
+		if v == api.SensitiveValue {
+			hidden[k] = types.StringValue(v)
+		} else {
+			plain[k] = types.StringValue(v)
 		}
-		params = types.MapValueMust(types.StringType, m)
+	}
+	params, sensitive := types.MapNull(types.StringType), types.MapNull(types.StringType)
+	if len(plain) > 0 {
+		params = types.MapValueMust(types.StringType, plain)
+	}
+	if len(hidden) > 0 {
+		sensitive = types.MapValueMust(types.StringType, hidden)
 	}
 	maxRetries := types.Int64Null()
 	if ph.MaxRetries != 0 {
 		maxRetries = types.Int64Value(int64(ph.MaxRetries))
 	}
 	return map[string]attr.Value{
-		"backend":     optString(ph.Backend),
-		"action":      optString(ph.Action),
-		"params":      params,
-		"timeout":     optString(ph.Timeout),
-		"max_retries": maxRetries,
-		"condition":   optString(string(ph.Condition)),
+		"backend":          optString(ph.Backend),
+		"action":           optString(ph.Action),
+		"params":           params,
+		"sensitive_params": sensitive,
+		"timeout":          optString(ph.Timeout),
+		"max_retries":      maxRetries,
+		"condition":        optString(string(ph.Condition)),
 	}
 }
 

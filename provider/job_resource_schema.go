@@ -45,6 +45,14 @@ func leafSchemaAttributes(top bool) map[string]schema.Attribute {
 			ElementType:         types.StringType,
 			Optional:            true,
 		},
+		"sensitive_params": schema.MapAttribute{
+			MarkdownDescription: "Parameters whose values are secret (passwords, tokens), merged with `params` (a name may not be in both). " +
+				"Terraform marks them sensitive in plans and state. Put here every param the action's schema marks `sensitive` " +
+				"(such as exec's `secret`): the controller then stores and shows `(sensitive)` in its place and agents receive it sealed.",
+			ElementType: types.StringType,
+			Optional:    true,
+			Sensitive:   true,
+		},
 		"timeout": schema.StringAttribute{
 			MarkdownDescription: "Bound on one run of the action on one node (`30s`, `5m`). Defaults to the agent's task timeout.",
 			Optional:            true,
@@ -104,7 +112,7 @@ func (r *jobResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp
 			"Any change to `target`, `tasks`, `strategy`, `timeout`, `check_mode` or `triggers` replaces the " +
 			"resource, which runs the job again (like `terraform_data`). `terraform plan` checks every task " +
 			"against the action schemas of the online agents and shows in `nodes` which nodes the job will reach.\n\n" +
-			"Jobs expire from the controller after its retention time. When a job is gone, refresh keeps the " +
+			"Controllers remove a finished job after their `job_retention` (7 days by default). When a job is gone, refresh keeps the " +
 			"recorded state as it is: the job ran, and nothing is run again until the configuration changes.",
 		Attributes: map[string]schema.Attribute{
 			"id": schema.StringAttribute{

@@ -204,7 +204,9 @@ func (r *jobResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanReq
 			p, msg := leafErrorPath(leaf, err)
 			resp.Diagnostics.AddAttributeError(p, "Invalid Task", msg+
 				"\n\nThe grid_backends data source (or `grid backends`) lists the actions and parameters the online agents offer.")
+			continue
 		}
+		warnSensitiveInParams(&resp.Diagnostics, cat, leaf)
 	}
 
 	if !creating {
@@ -360,4 +362,25 @@ func countOnline(nodes []api.NodeInfo) int {
 		}
 	}
 	return n
+}
+
+// warnSensitiveInParams warns about a param the action's schema marks
+// sensitive but the configuration sets in params: the controller hides it,
+// yet Terraform keeps it unmarked in plans and state.
+func warnSensitiveInParams(diags *diag.Diagnostics, cat *api.Catalog, leaf specLeaf) {
+	b, ok := cat.Backend(leaf.Task.Backend)
+	if !ok {
+		return
+	}
+	a, ok := b.Action(leaf.Task.Action)
+	if !ok {
+		return
+	}
+	for k := range leaf.Task.Params {
+		if ps, ok := a.Param(k); ok && ps.Sensitive && !leaf.Hidden[k] {
+			diags.AddAttributeWarning(leaf.Path.AtName("params").AtMapKey(k), "Sensitive Parameter In params",
+				fmt.Sprintf("%s.%s marks %q sensitive. Move it to sensitive_params so that Terraform marks it sensitive in plans and state.",
+					leaf.Task.Backend, leaf.Task.Action, k))
+		}
+	}
 }

@@ -120,6 +120,7 @@ func (b *Backend) Schema() api.BackendSchema {
 			Params: []api.ParamSchema{
 				{Name: "program", Type: api.TypeString, Required: true, Enum: slices.Clone(b.names), Description: "Name of a program registered on the node."},
 				{Name: "input", Type: api.TypeString, Default: "{}", Description: "A JSON document, passed to the program as the request's payload."},
+				{Name: "secret", Type: api.TypeString, Sensitive: true, Description: "A credential for the program (token, password), passed as the request's \"secret\" field; never stored, logged or shown in clear."},
 			},
 		}},
 	}
@@ -146,6 +147,8 @@ type request struct {
 	RequestID string          `json:"request_id"`
 	Type      string          `json:"type"`
 	Payload   json.RawMessage `json:"payload"`
+	// Secret is the run's sensitive "secret" param, when set.
+	Secret string `json:"secret,omitempty"`
 }
 
 // response is one line a program writes.
@@ -182,7 +185,7 @@ func (b *Backend) Run(ctx context.Context, req *backends.Request) (*backends.Res
 		jobID = rid
 	}
 	line, err := json.Marshal(request{JobID: jobID, Step: req.Step, Node: req.Node, Attempt: req.Attempt, RequestID: rid,
-		Type: name, Payload: json.RawMessage(input)})
+		Type: name, Payload: json.RawMessage(input), Secret: req.Params["secret"]})
 	if err != nil {
 		return nil, fmt.Errorf("exec: encode request: %w", err)
 	}

@@ -113,6 +113,16 @@ func TestConformance(t *testing.T) {
 			return &backends.Request{Action: "run", Params: api.Params{"program": "one", "input": input(t, map[string]any{"sleep": pidfile})}}
 		},
 		Literal: func(t *testing.T, action, param, value string) {
+			if param == "secret" {
+				// Carried as a JSON string in the request line, never
+				// an argument or a shell word: the program gets the
+				// request (and answers its empty payload as unknown).
+				r := backends.NewRegistry().MustRegister(b)
+				if _, err := r.Run(context.Background(), "exec", &backends.Request{Action: "run", Params: api.Params{"program": "one", "secret": value}}); err != nil && !strings.Contains(err.Error(), "unknown payload") {
+					t.Errorf("secret %q: %v", value, err)
+				}
+				return
+			}
 			if param != "input" {
 				t.Errorf("%s.%s accepted %q", action, param, value)
 				return

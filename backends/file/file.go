@@ -1,8 +1,12 @@
 // Package file is the file backend: write, remove, stat and mkdir, confined
 // to configured path prefixes. Paths are resolved through symlinks before
 // the prefix check, so a link inside the prefix cannot lead a write out of
-// it. Writes are atomic (temp file, fsync, rename) and report no change
-// when content and mode already match.
+// it, and every file operation then goes through an os.Root opened on the
+// prefix (openat with RESOLVE_BENEATH-like checks at each step), so a
+// directory swapped for a symlink between the check and the write cannot
+// either. Mode and owner are set on the opened file, not by name. Writes
+// are atomic (temp file, fsync, rename) and report no change when content
+// and mode already match.
 //
 // With no prefixes configured the backend refuses every path: a node must
 // say where files may be touched, there is no default that is safe on
@@ -107,20 +111,65 @@ func (b *Backend) Run(ctx context.Context, req *backends.Request) (*backends.Res
 	}
 	// remove works on the entry itself, a symlink included; the others
 	// follow a final symlink to what it names.
-	path, err := b.Resolve(req.Params["path"], req.Action != "remove")
+	root, rel, err := b.openBeneath(req.Params["path"], req.Action != "remove")
 	if err != nil {
 		return nil, err
 	}
+	defer root.Close()
+	var res *backends.Result
 	switch req.Action {
 	case "write":
-		return b.write(req, path)
+		res, err = b.write(req, root, rel)
 	case "remove":
-		return b.remove(req, path)
+		res, err = b.remove(req, root, rel)
 	case "stat":
-		return stat(req.Params["path"], path)
+		res, err = stat(req.Params["path"], root, rel)
 	default:
-		return b.mkdir(req, path)
+		res, err = b.mkdir(req, root, rel)
 	}
+	return res, confined(err)
+}
+
+// openBeneath resolves p like Resolve and opens the allowed prefix it lies
+// under as an os.Root; rel is the resolved path relative to that root.
+// Resolving first keeps symlinks that stay inside a prefix working (os.Root
+// refuses absolute links); the root then refuses whatever changed since.
+func (b *Backend) openBeneath(p string, followFinal bool) (*os.Root, string, error) {
+	resolved, err := b.Resolve(p, followFinal)
+	if err != nil {
+		return nil, "", err
+	}
+	best := ""
+	for _, pr := range b.prefixes {
+		if rp, err := filepath.EvalSymlinks(pr); err == nil {
+			pr = rp
+		}
+		if within(resolved, pr) && len(pr) > len(best) {
+			best = pr
+		}
+	}
+	if best == "" {
+		return nil, "", fmt.Errorf("%s: %w %s", p, ErrOutside, strings.Join(b.prefixes, ", "))
+	}
+	rel, err := filepath.Rel(best, resolved)
+	if err != nil {
+		return nil, "", fmt.Errorf("%s: %w %s", p, ErrOutside, strings.Join(b.prefixes, ", "))
+	}
+	root, err := os.OpenRoot(best)
+	if err != nil {
+		return nil, "", fmt.Errorf("open allowed prefix %s: %w", best, err)
+	}
+	return root, rel, nil
+}
+
+// confined marks an os.Root refusal (a path that, by the time it was
+// opened, led outside the prefix) as ErrOutside. The os package does not
+// export that error, so it is recognised by its text.
+func confined(err error) error {
+	if err != nil && strings.Contains(err.Error(), "path escapes from parent") {
+		return fmt.Errorf("%w: %w (a symlink changed while the action ran)", ErrOutside, err)
+	}
+	return err
 }
 
 // Resolve cleans p, resolves symlinks in its deepest existing ancestor (and
@@ -171,21 +220,7 @@ func within(p, prefix string) bool {
 	return p == prefix || prefix == "/" || strings.HasPrefix(p, prefix+string(filepath.Separator))
 }
 
-// isPrefix reports whether p is one of the allowed prefixes itself, which
-// remove must not delete.
-func (b *Backend) isPrefix(p string) bool {
-	for _, pr := range b.prefixes {
-		if rp, err := filepath.EvalSymlinks(pr); err == nil {
-			pr = rp
-		}
-		if p == pr {
-			return true
-		}
-	}
-	return false
-}
-
-func (b *Backend) write(req *backends.Request, path string) (*backends.Result, error) {
+func (b *Backend) write(req *backends.Request, root *os.Root, rel string) (*backends.Result, error) {
 	data := []byte(req.Params["content"])
 	if req.Params["encoding"] == "base64" {
 		d, err := base64.StdEncoding.DecodeString(req.Params["content"])
@@ -206,12 +241,12 @@ func (b *Backend) write(req *backends.Request, path string) (*backends.Result, e
 	want := hex.EncodeToString(sum[:])
 	facts := map[string]any{"path": req.Params["path"], "sha256": want, "size": len(data), "mode": fmtMode(mode)}
 
-	fi, err := os.Stat(path)
+	fi, err := root.Stat(rel)
 	switch {
 	case err == nil && fi.IsDir():
 		return nil, fmt.Errorf("%s is a directory", req.Params["path"])
 	case err == nil:
-		have, herr := hashFile(path)
+		have, herr := hashFile(root, rel)
 		if herr != nil {
 			return nil, herr
 		}
@@ -219,7 +254,7 @@ func (b *Backend) write(req *backends.Request, path string) (*backends.Result, e
 			return &backends.Result{Output: req.Params["path"] + " is up to date", Facts: facts}, nil
 		}
 	case errors.Is(err, fs.ErrNotExist):
-		if _, perr := os.Stat(filepath.Dir(path)); perr != nil {
+		if _, perr := root.Stat(filepath.Dir(rel)); perr != nil {
 			return nil, fmt.Errorf("parent directory of %s: %w (create it with mkdir first)", req.Params["path"], perr)
 		}
 	default:
@@ -228,18 +263,18 @@ func (b *Backend) write(req *backends.Request, path string) (*backends.Result, e
 	if req.CheckMode {
 		return &backends.Result{Output: "check mode: would write " + req.Params["path"], Changed: true, Facts: facts}, nil
 	}
-	if err := atomicfile.Write(path, data, mode, uid, gid); err != nil {
+	if err := atomicfile.WriteIn(root, rel, data, mode, uid, gid); err != nil {
 		return nil, fmt.Errorf("write %s: %w", req.Params["path"], err)
 	}
 	return &backends.Result{Output: fmt.Sprintf("wrote %s (%d bytes)", req.Params["path"], len(data)), Changed: true, Facts: facts}, nil
 }
 
-func (b *Backend) remove(req *backends.Request, path string) (*backends.Result, error) {
+func (b *Backend) remove(req *backends.Request, root *os.Root, rel string) (*backends.Result, error) {
 	facts := map[string]any{"path": req.Params["path"]}
-	if b.isPrefix(path) {
+	if rel == "." {
 		return nil, fmt.Errorf("refusing to remove %s: it is an allowed prefix itself", req.Params["path"])
 	}
-	fi, err := os.Lstat(path)
+	fi, err := root.Lstat(rel)
 	if errors.Is(err, fs.ErrNotExist) {
 		return &backends.Result{Output: req.Params["path"] + " does not exist", Facts: facts}, nil
 	}
@@ -248,7 +283,7 @@ func (b *Backend) remove(req *backends.Request, path string) (*backends.Result, 
 	}
 	recursive, _ := strconv.ParseBool(req.Params["recursive"])
 	if fi.IsDir() && !recursive {
-		ents, err := os.ReadDir(path)
+		ents, err := fs.ReadDir(root.FS(), rel)
 		if err != nil {
 			return nil, fmt.Errorf("read %s: %w", req.Params["path"], err)
 		}
@@ -259,15 +294,15 @@ func (b *Backend) remove(req *backends.Request, path string) (*backends.Result, 
 	if req.CheckMode {
 		return &backends.Result{Output: "check mode: would remove " + req.Params["path"], Changed: true, Facts: facts}, nil
 	}
-	// RemoveAll does not follow symlinks inside the tree, so it stays
-	// within the directory it was given.
-	if err := os.RemoveAll(path); err != nil {
+	// RemoveAll does not follow symlinks inside the tree, and the root
+	// keeps it beneath the prefix.
+	if err := root.RemoveAll(rel); err != nil {
 		return nil, fmt.Errorf("remove %s: %w", req.Params["path"], err)
 	}
 	return &backends.Result{Output: "removed " + req.Params["path"], Changed: true, Facts: facts}, nil
 }
 
-func (b *Backend) mkdir(req *backends.Request, path string) (*backends.Result, error) {
+func (b *Backend) mkdir(req *backends.Request, root *os.Root, rel string) (*backends.Result, error) {
 	mode, err := parseMode(req.Params["mode"])
 	if err != nil {
 		return nil, err
@@ -277,7 +312,7 @@ func (b *Backend) mkdir(req *backends.Request, path string) (*backends.Result, e
 		return nil, err
 	}
 	facts := map[string]any{"path": req.Params["path"], "mode": fmtMode(mode)}
-	fi, err := os.Stat(path)
+	fi, err := root.Stat(rel)
 	switch {
 	case err == nil && !fi.IsDir():
 		return nil, fmt.Errorf("%s exists and is not a directory", req.Params["path"])
@@ -288,30 +323,39 @@ func (b *Backend) mkdir(req *backends.Request, path string) (*backends.Result, e
 	}
 	parents, _ := strconv.ParseBool(req.Params["parents"])
 	if !parents {
-		if _, err := os.Stat(filepath.Dir(path)); err != nil {
+		if _, err := root.Stat(filepath.Dir(rel)); err != nil {
 			return nil, fmt.Errorf("parent of %s: %w (set parents=true to create it)", req.Params["path"], err)
 		}
 	}
 	if req.CheckMode {
 		return &backends.Result{Output: "check mode: would create or update " + req.Params["path"], Changed: true, Facts: facts}, nil
 	}
-	if err := os.MkdirAll(path, mode); err != nil {
+	if err := root.MkdirAll(rel, mode); err != nil {
 		return nil, fmt.Errorf("mkdir %s: %w", req.Params["path"], err)
 	}
-	// MkdirAll's mode passes through the umask; set it exactly.
-	if err := os.Chmod(path, mode); err != nil {
+	// MkdirAll's mode passes through the umask; set it exactly, on the
+	// opened directory so a swap after the mkdir cannot redirect it.
+	d, err := root.Open(rel)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", req.Params["path"], err)
+	}
+	defer d.Close()
+	if dfi, err := d.Stat(); err != nil || !dfi.IsDir() {
+		return nil, fmt.Errorf("%s is no longer a directory", req.Params["path"])
+	}
+	if err := d.Chmod(mode); err != nil {
 		return nil, fmt.Errorf("chmod %s: %w", req.Params["path"], err)
 	}
 	if uid >= 0 || gid >= 0 {
-		if err := os.Chown(path, uid, gid); err != nil {
+		if err := d.Chown(uid, gid); err != nil {
 			return nil, fmt.Errorf("chown %s: %w", req.Params["path"], err)
 		}
 	}
 	return &backends.Result{Output: "created " + req.Params["path"], Changed: true, Facts: facts}, nil
 }
 
-func stat(name, path string) (*backends.Result, error) {
-	fi, err := os.Lstat(path)
+func stat(name string, root *os.Root, rel string) (*backends.Result, error) {
+	fi, err := root.Lstat(rel)
 	if errors.Is(err, fs.ErrNotExist) {
 		return &backends.Result{Output: name + " does not exist", Facts: map[string]any{"path": name, "exists": false}}, nil
 	}
@@ -331,7 +375,7 @@ func stat(name, path string) (*backends.Result, error) {
 	switch {
 	case fi.Mode().IsRegular():
 		facts["type"] = "file"
-		sum, err := hashFile(path)
+		sum, err := hashFile(root, rel)
 		if err != nil {
 			return nil, err
 		}
@@ -347,8 +391,8 @@ func stat(name, path string) (*backends.Result, error) {
 	return &backends.Result{Output: fmt.Sprintf("%s: %s, %d bytes, mode %s", name, facts["type"], fi.Size(), facts["mode"]), Facts: facts}, nil
 }
 
-func hashFile(path string) (string, error) {
-	f, err := os.Open(path)
+func hashFile(root *os.Root, path string) (string, error) {
+	f, err := root.Open(path)
 	if err != nil {
 		return "", fmt.Errorf("read %s: %w", path, err)
 	}

@@ -4,10 +4,13 @@ package testbackend
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
 	"github.com/gridfleet/terraform-provider-grid/backends"
@@ -19,7 +22,7 @@ type Backend struct{}
 // New returns the test backend.
 func New() *Backend { return &Backend{} }
 
-// Schema declares succeed, fail and flaky.
+// Schema declares succeed, fail, flaky, secret and output.
 func (*Backend) Schema() api.BackendSchema {
 	return api.BackendSchema{
 		Name:        "test",
@@ -31,11 +34,15 @@ func (*Backend) Schema() api.BackendSchema {
 				Params: []api.ParamSchema{{Name: "message", Type: api.TypeString, Default: "failed on purpose", Description: "Error to report."}}},
 			{Name: "flaky", Description: "Fail with the given probability.", ReadOnly: true, Idempotent: true, CheckMode: true,
 				Params: []api.ParamSchema{{Name: "rate", Type: api.TypeInt, Required: true, Pattern: `^(100|[1-9]?[0-9])$`, Description: "Failure probability in percent (0-100)."}}},
+			{Name: "secret", Description: "Report the sha256 of a sensitive value (and echo the value, which the agent hides), for trying sensitive params.", ReadOnly: true, Idempotent: true, CheckMode: true,
+				Params: []api.ParamSchema{{Name: "value", Type: api.TypeString, Required: true, Sensitive: true, Description: "A secret."}}},
+			{Name: "output", Description: "Succeed with an output of the given size, for trying output limits.", ReadOnly: true, Idempotent: true, CheckMode: true,
+				Params: []api.ParamSchema{{Name: "bytes", Type: api.TypeInt, Required: true, Pattern: `^[0-9]{1,8}$`, Description: "Output size in bytes (at most 99,999,999)."}}},
 		},
 	}
 }
 
-// Run executes succeed, fail or flaky.
+// Run executes succeed, fail, flaky, secret or output.
 func (*Backend) Run(_ context.Context, req *backends.Request) (*backends.Result, error) {
 	switch req.Action {
 	case "succeed":
@@ -51,6 +58,15 @@ func (*Backend) Run(_ context.Context, req *backends.Request) (*backends.Result,
 			return &backends.Result{Output: "unlucky"}, fmt.Errorf("flaky failure (rate %d%%)", rate)
 		}
 		return &backends.Result{Output: "lucky"}, nil
+	case "secret":
+		sum := sha256.Sum256([]byte(req.Params["value"]))
+		return &backends.Result{Output: "sha256 " + hex.EncodeToString(sum[:]) + " of " + req.Params["value"]}, nil
+	case "output":
+		n, err := strconv.Atoi(req.Params["bytes"])
+		if err != nil {
+			return nil, fmt.Errorf("bytes: %w", err)
+		}
+		return &backends.Result{Output: strings.Repeat("x", n)}, nil
 	}
 	return nil, fmt.Errorf("%w %q", backends.ErrUnknownAction, req.Action)
 }

@@ -2,6 +2,7 @@ package testbackend
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
@@ -13,13 +14,17 @@ func TestConformance(t *testing.T) {
 	b := New()
 	conformance.Run(t, conformance.Suite{
 		Backend: b,
-		Samples: map[string]api.Params{"flaky": {"rate": "0"}},
+		Samples: map[string]api.Params{"flaky": {"rate": "0"}, "secret": {"value": "s"}, "output": {"bytes": "3"}},
 		Literal: func(t *testing.T, action, param, value string) {
 			res, err := b.Run(context.Background(), &backends.Request{Action: action, Params: api.Params{param: value}})
 			switch action {
 			case "succeed":
 				if err != nil || res.Output != value {
 					t.Errorf("succeed %q: got %+v, %v", value, res, err)
+				}
+			case "secret":
+				if err != nil || !strings.HasSuffix(res.Output, " of "+value) {
+					t.Errorf("secret %q: got %+v %v", value, res, err)
 				}
 			default:
 				if err == nil || err.Error() != value {

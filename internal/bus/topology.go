@@ -147,6 +147,8 @@ func (t Topology) configs() ([]jetstream.StreamConfig, []jetstream.KeyValueConfi
 		{Bucket: api.BucketControllers, Description: "controller registration and heartbeat", History: 1, Replicas: t.Replicas, Storage: jetstream.FileStorage},
 		{Bucket: api.BucketSchemas, Description: "backend schema sets by digest", History: 1, Replicas: t.Replicas, Storage: jetstream.FileStorage},
 		{Bucket: api.BucketTokens, Description: "API tokens by name (SHA-256 of the token, role)", History: 1, Replicas: t.Replicas, Storage: jetstream.FileStorage},
+		{Bucket: api.BucketKeys, Description: "cluster keys (controllers only)", History: 1, Replicas: t.Replicas, Storage: jetstream.FileStorage},
+		{Bucket: api.BucketJobSecrets, Description: "sensitive params of unfinished jobs, encrypted", History: 1, Replicas: t.Replicas, Storage: jetstream.FileStorage},
 	}
 	return streams, buckets
 }

@@ -5,8 +5,10 @@ package atomicfile
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"syscall"
 )
 
@@ -85,4 +87,83 @@ func syncDir(dir string) error {
 		return fmt.Errorf("fsync dir: %w", err)
 	}
 	return nil
+}
+
+// WriteIn is Write for a path beneath root: every step (the temp file, the
+// mode and owner, set on the open file, the rename and the directory sync)
+// goes through root, so a directory swapped for a symlink while it runs
+// cannot lead the write outside root.
+func WriteIn(root *os.Root, rel string, data []byte, mode os.FileMode, uid, gid int) error {
+	dir := filepath.Dir(rel)
+	var tmp *os.File
+	var name string
+	for try := 0; ; try++ {
+		name = filepath.Join(dir, "."+filepath.Base(rel)+".tmp-"+strconv.FormatUint(rand.Uint64(), 36)) //nolint:gosec // a temp name, not a secret
+		f, err := root.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+		if err == nil {
+			tmp = f
+			break
+		}
+		if !errors.Is(err, os.ErrExist) || try == 10 {
+			return fmt.Errorf("create temp file: %w", err)
+		}
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			_ = tmp.Close()
+			_ = root.Remove(name)
+		}
+	}()
+	if _, err := tmp.Write(data); err != nil {
+		return fmt.Errorf("write %s: %w", name, err)
+	}
+	if err := tmp.Chmod(mode); err != nil {
+		return fmt.Errorf("chmod: %w", err)
+	}
+	if uid >= 0 || gid >= 0 {
+		if err := tmp.Chown(uid, gid); err != nil {
+			return fmt.Errorf("chown: %w", err)
+		}
+	}
+	if err := tmp.Sync(); err != nil {
+		return fmt.Errorf("fsync: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("close: %w", err)
+	}
+	if err := root.Rename(name, rel); err != nil {
+		if errors.Is(err, syscall.EBUSY) {
+			_ = root.Remove(name)
+			ok = true
+			return writeInPlaceIn(root, rel, data)
+		}
+		return fmt.Errorf("rename into place: %w", err)
+	}
+	ok = true
+	d, err := root.Open(dir)
+	if err != nil {
+		return fmt.Errorf("open dir for fsync: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("fsync dir: %w", err)
+	}
+	return nil
+}
+
+func writeInPlaceIn(root *os.Root, rel string, data []byte) error {
+	f, err := root.OpenFile(rel, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		return fmt.Errorf("rewrite in place: %w", err)
+	}
+	if _, err := f.Write(data); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("rewrite in place: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("fsync: %w", err)
+	}
+	return f.Close()
 }
