@@ -47,6 +47,12 @@ func (c *Controller) handleRetry(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusConflict, fmt.Sprintf("job %s is %s; retry a finished job (or cancel it first)", id, orig.Status))
 		return
 	}
+	if p := sensitiveParam(orig); p != "" {
+		// Its values were dropped when the job ended; a retry would send
+		// the placeholder in their place.
+		writeError(w, http.StatusConflict, fmt.Sprintf("job %s has sensitive param %s, whose value is not kept after a job ends; submit the job again with it", id, p))
+		return
+	}
 	job := api.JobSpec{Target: orig.Target, Tasks: orig.Tasks, Strategy: orig.Strategy, Timeout: orig.Timeout,
 		CheckMode: orig.CheckMode}.Job()
 	job.RetryOf = orig.ID
@@ -161,4 +167,17 @@ func (s *jobStore) delete(ctx context.Context, id string, rev uint64) error {
 		return errConflict
 	}
 	return fmt.Errorf("delete job %s: %w", id, err)
+}
+
+// sensitiveParam names a param of the job whose value was held back as
+// sensitive ("step N: name"), or "".
+func sensitiveParam(j *api.Job) string {
+	for _, s := range api.Flatten(j.Tasks) {
+		for k, v := range s.Task.Params {
+			if v == api.SensitiveValue {
+				return fmt.Sprintf("%s (step %d)", k, s.Index)
+			}
+		}
+	}
+	return ""
 }
