@@ -80,7 +80,7 @@ type Agent struct {
 	stopping  bool
 	seen      *recent[taskKey, struct{}]
 	finals    *recent[taskKey, finalResult]
-	cancelled *recent[string, struct{}]
+	cancelled *recent[string, error] // job → why it was stopped
 	running   map[string]map[*task]struct{}
 	cmdSubs   []*nats.Subscription
 	cancelSub *nats.Subscription
@@ -192,7 +192,7 @@ func New(cfg Config) (*Agent, error) {
 		digest:     api.SchemaDigest(schemas),
 		seen:       newRecent[taskKey, struct{}](seenMax, seenTTL),
 		finals:     newFinalCache(finalsMax, finalsMaxBytes, seenTTL),
-		cancelled:  newRecent[string, struct{}](10_000, seenTTL),
+		cancelled:  newRecent[string, error](10_000, seenTTL),
 		running:    map[string]map[*task]struct{}{},
 		slots:      make(chan struct{}, cfg.MaxConcurrent),
 		taskCtx:    taskCtx,
@@ -581,8 +581,8 @@ func (a *Agent) onCommand(msg *nats.Msg) {
 	a.seen.add(key, struct{}{}, now)
 	t := a.newTask(cmd, log)
 	t.parent = parent
-	if a.cancelled.has(cmd.JobID, now) {
-		t.cancel(cancelledErr(cmd.JobID))
+	if why, ok := a.cancelled.get(cmd.JobID, now); ok {
+		t.cancel(why)
 	}
 	a.tasks.Add(1)
 	a.mu.Unlock()
@@ -622,13 +622,14 @@ func (a *Agent) onCancel(msg *nats.Msg) {
 	if !api.ValidToken(job) {
 		return
 	}
+	why := stopCause(job, msg)
 	a.mu.Lock()
-	a.cancelled.add(job, struct{}{}, time.Now())
+	a.cancelled.add(job, why, time.Now())
 	n := 0
 	for t := range a.running[job] {
-		t.cancel(cancelledErr(job))
+		t.cancel(why)
 		n++
 	}
 	a.mu.Unlock()
-	a.log.Info("job cancelled", "job", job, "tasks", n)
+	a.log.Info("job stopped", "job", job, "tasks", n, "reason", why)
 }

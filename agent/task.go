@@ -172,6 +172,10 @@ func (a *Agent) execute(t *task) (*backends.Result, chan struct{}, error) {
 		Params:    params,
 		CheckMode: t.cmd.CheckMode,
 		Progress:  prog.report,
+		JobID:     t.cmd.JobID,
+		Step:      t.cmd.TaskIndex,
+		Node:      a.id,
+		Attempt:   t.cmd.Attempt,
 	}
 	type outcome struct {
 		res *backends.Result

@@ -62,7 +62,9 @@ type JobStatus string
 
 // Job states.
 const (
-	JobPending        JobStatus = "pending"
+	JobPending JobStatus = "pending"
+	// JobWaiting: submitted with a not_before still to come.
+	JobWaiting        JobStatus = "waiting"
 	JobRunning        JobStatus = "running"
 	JobCompleted      JobStatus = "completed"
 	JobFailed         JobStatus = "failed"
@@ -135,6 +137,17 @@ type Job struct {
 	StartedAt *time.Time `json:"started_at,omitempty"`
 	// FinishedAt is set once the job is terminal.
 	FinishedAt *time.Time `json:"finished_at,omitempty"`
+	// Nodes, when set, narrows the target to these node ids (a retry of
+	// only the nodes that failed).
+	Nodes []string `json:"nodes,omitempty"`
+	// RetryOf is the job this one retries (POST /job/{id}/retry).
+	RetryOf string `json:"retry_of,omitempty"`
+	// Priority orders jobs waiting for a free slot: MinPriority (0) to
+	// MaxPriority (9), higher first; first in, first out within one.
+	Priority int `json:"priority,omitempty"`
+	// NotBefore, when set, is the earliest time the job may start; until
+	// then it is JobWaiting.
+	NotBefore *time.Time `json:"not_before,omitempty"`
 }
 
 // JobCursor is the GET /jobs cursor that continues after j: the next page
@@ -190,6 +203,9 @@ type NodeResult struct {
 	Attempts int            `json:"attempts,omitempty"`
 	// Progress is the last progress percentage a long task reported.
 	Progress *int `json:"progress,omitempty"`
+	// ProgressMessage is the message of the last progress report; it stays
+	// after the task ends.
+	ProgressMessage string `json:"progress_message,omitempty"`
 	// Events is the node's timeline for this step.
 	Events []Event `json:"events,omitempty"`
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -22,12 +23,24 @@ type JobSpec struct {
 	// MaxConcurrency and MaxErrors: see Job.
 	MaxConcurrency *Limit `json:"max_concurrency,omitempty" yaml:"max_concurrency,omitempty"`
 	MaxErrors      *Limit `json:"max_errors,omitempty" yaml:"max_errors,omitempty"`
+	// Priority is 0 (lowest) to 9 (highest); omitted means DefaultPriority.
+	Priority *int `json:"priority,omitempty" yaml:"priority,omitempty"`
+	// NotBefore delays the job: an RFC 3339 time, or a duration from
+	// submission such as 10m.
+	NotBefore string `json:"not_before,omitempty" yaml:"not_before,omitempty"`
 }
 
 // Job returns a new, not yet submitted job for the spec.
 func (s JobSpec) Job() *Job {
-	return &Job{Target: s.Target, Tasks: s.Tasks, Strategy: s.Strategy, Timeout: s.Timeout, CheckMode: s.CheckMode,
-		MaxConcurrency: s.MaxConcurrency, MaxErrors: s.MaxErrors}
+	j := &Job{Target: s.Target, Tasks: s.Tasks, Strategy: s.Strategy, Timeout: s.Timeout, CheckMode: s.CheckMode,
+		MaxConcurrency: s.MaxConcurrency, MaxErrors: s.MaxErrors, Priority: DefaultPriority}
+	if s.Priority != nil {
+		j.Priority = *s.Priority
+	}
+	// A duration counts from now: Job is called when the job is submitted.
+	// An invalid value is reported by ParseJobSpec.
+	j.NotBefore, _ = ParseNotBefore(s.NotBefore, time.Now())
+	return j
 }
 
 // MaxJobFileBytes bounds what a job file or request body may hold.
@@ -66,6 +79,9 @@ func ParseJobSpec(data []byte) (*JobSpec, error) {
 		}
 	}
 	if err := spec.Job().Validate(); err != nil {
+		return nil, err
+	}
+	if _, err := ParseNotBefore(spec.NotBefore, time.Now()); err != nil {
 		return nil, err
 	}
 	return &spec, nil

@@ -216,6 +216,9 @@ const MaxSteps = 1000
 // timeout and the phase tree. It does not check backends against schemas;
 // see Catalog.ValidateJob.
 func (j *Job) Validate() error {
+	if err := j.validateOverTime(); err != nil {
+		return err
+	}
 	if err := j.Target.Validate(); err != nil {
 		return err
 	}

@@ -35,6 +35,12 @@ type Request struct {
 	// Progress reports progress of a long action (pct 0..100); never nil
 	// when a backend is called through a Registry.
 	Progress func(pct int, message string)
+	// JobID, Step, Node and Attempt name the task being run (the agent
+	// sets them; empty when a backend is called outside a job).
+	JobID   string
+	Step    int
+	Node    string
+	Attempt int
 }
 
 // Result is what an action produced.

@@ -20,9 +20,10 @@ import (
 func newJobCommand(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "job",
-		Short: "Run, inspect and cancel jobs",
+		Short: "Run, inspect, cancel, retry and delete jobs",
 	}
-	cmd.AddCommand(newJobRunCommand(g), newJobStatusCommand(g), newJobListCommand(g), newJobCancelCommand(g))
+	cmd.AddCommand(newJobRunCommand(g), newJobStatusCommand(g), newJobListCommand(g), newJobCancelCommand(g),
+		newJobRetryCommand(g), newJobDeleteCommand(g), newJobDLQCommand(g))
 	return cmd
 }
 
@@ -39,6 +40,9 @@ type runOptions struct {
 	// maxConcurrency and maxErrors are the job's rollout limits ("10%", "1").
 	maxConcurrency string
 	maxErrors      string
+	// priority and notBefore say in which order and from when the job runs.
+	priority  int
+	notBefore string
 }
 
 func newJobRunCommand(g *globals) *cobra.Command {
@@ -83,6 +87,8 @@ more than --max-errors nodes failed or were unreachable, no new node starts.`,
 	f.StringVar(&o.maxConcurrency, "max-concurrency", "", "most nodes running a step at once: a count or a percentage, e.g. 10% (overrides the file's)")
 	f.StringVar(&o.maxErrors, "max-errors", "", "failed or unreachable nodes tolerated before no new node starts: a count or a percentage (overrides the file's)")
 	f.StringArrayVarP(&o.params, "param", "p", nil, "task parameter name=value (repeatable)")
+	f.IntVar(&o.priority, "priority", api.DefaultPriority, "priority from 0 (lowest) to 9 (highest) among jobs waiting for a free slot")
+	f.StringVar(&o.notBefore, "not-before", "", "start no earlier than this RFC 3339 time or duration from now (e.g. 10m)")
 	return cmd
 }
 
@@ -295,6 +301,15 @@ func buildSpec(o *runOptions, ra runArgs, changed func(string) bool) (*api.JobSp
 	if changed("check") {
 		spec.CheckMode = o.check
 	}
+	if changed("priority") {
+		spec.Priority = &o.priority
+	}
+	if changed("not-before") {
+		if _, err := api.ParseNotBefore(o.notBefore, time.Now()); err != nil {
+			return nil, usageErrorf("--not-before: %w", err)
+		}
+		spec.NotBefore = o.notBefore
+	}
 	for _, lf := range []struct {
 		flag, value string
 		dst         **api.Limit
@@ -430,6 +445,12 @@ func newJobListCommand(g *globals) *cobra.Command {
 		Short: "List jobs, newest first (one page; --cursor continues)",
 		Args:  exactArgs(),
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
+			if status != "" && !api.KnownJobStatus(api.JobStatus(status)) {
+				return usageErrorf("--status %q: want one of %s", status, strings.Join(api.JobStatusNames(), ", "))
+			}
+			if q.Limit < 1 || q.Limit > 1000 {
+				return usageErrorf("--limit %d: want 1 to 1000 jobs per page", q.Limit)
+			}
 			c, err := g.client()
 			if err != nil {
 				return err
@@ -455,7 +476,7 @@ func newJobListCommand(g *globals) *cobra.Command {
 	}
 	cmd.Flags().IntVar(&q.Limit, "limit", 50, "jobs per page (1-1000)")
 	cmd.Flags().StringVar(&q.Cursor, "cursor", "", "continue after this job (printed when there are more)")
-	cmd.Flags().StringVar(&status, "status", "", "only jobs in this state (pending, running, completed, failed, cancelled, partial_failure)")
+	cmd.Flags().StringVar(&status, "status", "", "only jobs in this state: "+strings.Join(api.JobStatusNames(), ", "))
 	cmd.Flags().StringVar(&q.SubmittedBy, "submitted-by", "", "only jobs submitted with this token name")
 	return cmd
 }

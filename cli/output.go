@@ -360,6 +360,9 @@ func stepLine(s api.FlatStep, j *api.Job) string {
 				st = r.Status
 				if r.Progress != nil && !api.StepTerminal(st) {
 					st += fmt.Sprintf(" %d%%", *r.Progress)
+					if r.ProgressMessage != "" {
+						st += " " + strconv.Quote(truncate(r.ProgressMessage, 30))
+					}
 				}
 			}
 			fmt.Fprintf(&b, " %s:%s", node, st)

@@ -158,6 +158,7 @@ Started by Terraform, the same binary serves the Terraform provider.`,
 		newBenchCommand(g),
 		serverCommand(newProviderCommand(g), "Terraform configures the provider (address, token) or it reads GRID_ADDR and GRID_TOKEN."),
 	)
+	requireSubcommands(root)
 	return root
 }
 

@@ -50,7 +50,7 @@ func TestClaimResumesJobStoredOwnedButNotRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The request again, as a redelivery would bring it.
-	if _, err := js.Publish(ctx, requestSubject(job), nil); err != nil {
+	if _, err := js.Publish(ctx, api.PriorityRequestSubject(api.DefaultPriority, job.ID), nil); err != nil {
 		t.Fatal(err)
 	}
 	done, err := f.Client().WaitJob(ctx, job.ID)
@@ -66,6 +66,3 @@ func TestClaimResumesJobStoredOwnedButNotRun(t *testing.T) {
 		}
 	}
 }
-
-// requestSubject is the subject a submission publishes a job's request on.
-func requestSubject(j api.Job) string { return "request." + j.ID }

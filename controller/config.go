@@ -65,6 +65,10 @@ type Config struct {
 	MaxConcurrent int `yaml:"max_concurrent"`
 	// MaxPending bounds jobs waiting to run; beyond it POST /job answers 429.
 	MaxPending int `yaml:"max_pending"`
+	// MaxDeliveries is how often a job's request may be delivered to a
+	// scheduler without a claim finishing (a job that cannot be read, a
+	// controller crashing on it) before it moves to the dead-letter stream.
+	MaxDeliveries int `yaml:"max_deliveries"`
 	// NodeOfflineAfter is how old a node's last heartbeat may get before the
 	// node counts as offline.
 	NodeOfflineAfter config.Duration `yaml:"node_offline_after"`
@@ -130,6 +134,7 @@ func DefaultConfig() Config {
 		DataDir:              "grid-data",
 		MaxConcurrent:        256,
 		MaxPending:           10000,
+		MaxDeliveries:        5,
 		NodeOfflineAfter:     config.Duration(30 * time.Second),
 		DefaultTaskTimeout:   config.Duration(time.Hour),
 		ResultGrace:          config.Duration(10 * time.Second),
@@ -189,6 +194,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxPending < 1 {
 		errs = append(errs, fmt.Errorf("max_pending must be at least 1, got %d", c.MaxPending))
+	}
+	if c.MaxDeliveries < 2 {
+		errs = append(errs, fmt.Errorf("max_deliveries must be at least 2, got %d", c.MaxDeliveries))
 	}
 	for name, d := range map[string]config.Duration{
 		"node_offline_after": c.NodeOfflineAfter, "default_task_timeout": c.DefaultTaskTimeout,

@@ -519,6 +519,9 @@ func (c *Controller) routeResult(subject string, data []byte, stored bool) {
 // if this controller owns it.
 func (c *Controller) onCancel(m *nats.Msg) {
 	id := strings.TrimPrefix(m.Subject, "cancel.")
+	if isJobTimeoutStop(m) {
+		return // the owner's own word to the agents; its run has ended already
+	}
 	c.mu.Lock()
 	r := c.runs[id]
 	c.mu.Unlock()

@@ -52,9 +52,11 @@ func (r *run) command(s api.FlatStep, attempt int) api.Command {
 // (give or take a short exclude list), else one command per node.
 func (r *run) dispatchMany(s api.FlatStep, nodes []*nodeRun, attempt int) {
 	t := r.job.Target
-	// A step with sensitive values goes to each node on its own subject,
+	// A job narrowed to some nodes (a retry of the failed ones) is sent
+	// node by node: a broadcast would reach the target's other nodes too.
+	// So is a step with sensitive values, to each node on its own subject,
 	// sealed for that node.
-	if (t.Scope == api.ScopeAll || t.Scope == api.ScopeGroup) && len(r.secrets[s.Index]) == 0 {
+	if len(r.job.Nodes) == 0 && (t.Scope == api.ScopeAll || t.Scope == api.ScopeGroup) && len(r.secrets[s.Index]) == 0 {
 		active := make(map[string]bool, len(nodes))
 		for _, n := range nodes {
 			active[n.id] = true

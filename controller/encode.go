@@ -63,6 +63,10 @@ type jobTail struct {
 	UpdatedAt   time.Time  `json:"updated_at"`
 	StartedAt   *time.Time `json:"started_at,omitempty"`
 	FinishedAt  *time.Time `json:"finished_at,omitempty"`
+	Nodes       []string   `json:"nodes,omitempty"`
+	RetryOf     string     `json:"retry_of,omitempty"`
+	Priority    int        `json:"priority,omitempty"`
+	NotBefore   *time.Time `json:"not_before,omitempty"`
 }
 
 // encode returns the job's JSON.
@@ -74,7 +78,8 @@ func (e *jobEncoder) encode(j *api.Job) ([]byte, error) {
 		return nil, err
 	}
 	tail, err := json.Marshal(jobTail{Error: j.Error, Owner: j.Owner, SubmittedBy: j.SubmittedBy, TraceID: j.TraceID, TraceParent: j.TraceParent,
-		CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt, StartedAt: j.StartedAt, FinishedAt: j.FinishedAt})
+		CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt, StartedAt: j.StartedAt, FinishedAt: j.FinishedAt,
+		Nodes: j.Nodes, RetryOf: j.RetryOf, Priority: j.Priority, NotBefore: j.NotBefore})
 	if err != nil {
 		return nil, err
 	}

@@ -51,6 +51,12 @@ func (c *Controller) apiRoutes() []route {
 		{"GET /metrics", api.RoleMetrics, c.metrics.handler()},
 		{"GET /healthz", public, h(c.handleHealthz)},
 		{"GET /readyz", public, h(c.handleReadyz)},
+		// Jobs over time (retry.go, dlq.go).
+		{"POST /job/{id}/retry", api.RoleOperator, h(c.handleRetry)},
+		{"DELETE /job/{id}", api.RoleOperator, h(c.handleDeleteJob)},
+		{"GET /dlq", api.RoleRead, h(c.handleDLQList)},
+		{"POST /dlq/{id}/replay", api.RoleOperator, h(c.handleDLQReplay)},
+		{"DELETE /dlq/{id}", api.RoleOperator, h(c.handleDLQDrop)},
 		// Anything else is 404, to callers with a token.
 		{"/", api.RoleMetrics, h(func(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path))
@@ -132,6 +138,12 @@ func (c *Controller) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	now := time.Now().UTC()
 	job.ID = newJobID()
 	job.Status = api.JobPending
+	if job.NotBefore != nil && job.NotBefore.After(now) {
+		// Queued now like any job; a claim before not_before puts the
+		// request back until then (see claim), so the wait is kept by the
+		// replicated consumer and outlives any controller.
+		job.Status = api.JobWaiting
+	}
 	job.SubmittedBy = by.Name
 	job.Expected, job.Unreachable = online, offline
 	if job.Expected == nil {
@@ -156,7 +168,7 @@ func (c *Controller) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		mctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_, _, _ = c.jobs.mutate(mctx, job.ID, func(j *api.Job) bool {
-			if j.Status != api.JobPending {
+			if j.Status != api.JobPending && j.Status != api.JobWaiting {
 				return false
 			}
 			j.Status, j.Error = api.JobFailed, "could not store the job: "+err.Error()
@@ -167,7 +179,9 @@ func (c *Controller) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	}
 	// The message id makes a retried publish harmless (the stream drops a
 	// duplicate), so it can ride out a stream leader election in a cluster.
-	if _, err := c.js.PublishMsg(r.Context(), requestMsg(job.ID, rev, stored),
+	req := requestMsg(job.ID, rev, stored)
+	req.Subject = api.PriorityRequestSubject(job.Priority, job.ID)
+	if _, err := c.js.PublishMsg(r.Context(), req,
 		jetstream.WithMsgID(job.ID), jetstream.WithRetryAttempts(20), jetstream.WithRetryWait(250*time.Millisecond)); err != nil {
 		// Without its request no scheduler would ever see the job.
 		_, _, _ = c.jobs.mutate(context.Background(), job.ID, func(j *api.Job) bool {
@@ -418,9 +432,10 @@ func (c *Controller) handleCancel(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusConflict, fmt.Sprintf("job %s is already %s", id, j.Status))
 		return
 	}
-	// A pending job is cancelled in place; the scheduler skips it.
+	// A pending (or waiting) job is cancelled in place; the scheduler
+	// skips it.
 	j, _, err := c.jobs.mutate(r.Context(), id, func(j *api.Job) bool {
-		if j.Status != api.JobPending {
+		if j.Status != api.JobPending && j.Status != api.JobWaiting {
 			return false
 		}
 		now := time.Now().UTC()

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -19,6 +20,7 @@ type metrics struct {
 	jobsSubmitted     prometheus.Counter
 	jobsFinished      *prometheus.CounterVec
 	admissionRejected prometheus.Counter
+	deadLettered      prometheus.Counter
 	jobDuration       *prometheus.HistogramVec
 	stepDuration      *prometheus.HistogramVec
 	firstResult       prometheus.Histogram
@@ -44,6 +46,10 @@ func newMetrics(c *Controller) *metrics {
 		admissionRejected: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "grid_admission_rejections_total",
 			Help: "Job submissions refused with 429 because max_pending jobs were waiting.",
+		}),
+		deadLettered: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "grid_requests_dead_lettered_total",
+			Help: "Job requests this controller moved to the dead-letter stream after max_deliveries deliveries without a claim.",
 		}),
 		jobDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "grid_job_duration_seconds",
@@ -81,7 +87,7 @@ func newMetrics(c *Controller) *metrics {
 			Help: "Nodes of the jobs this controller finished, by outcome (targeted, succeeded, failed, unreachable, not_started).",
 		}, []string{"outcome"}),
 	}
-	m.reg.MustRegister(m.jobsSubmitted, m.jobsFinished, m.admissionRejected, m.jobDuration,
+	m.reg.MustRegister(m.jobsSubmitted, m.jobsFinished, m.admissionRejected, m.deadLettered, m.jobDuration,
 		m.stepDuration, m.firstResult, m.taskResults, m.retries, m.heartbeats, m.apiRefused, m.jobNodes,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "grid_jobs_running",
@@ -175,9 +181,9 @@ func (n *natsCollector) Collect(ch chan<- prometheus.Metric) {
 				ch <- prometheus.MustNewConstMetric(jobsPendingDesc, prometheus.GaugeValue, float64(s.State.Msgs))
 			}
 			for _, ci := range s.Consumer {
-				// Only the scheduler's durable consumer: the others are
+				// Only the scheduler's durable consumers: the others are
 				// short-lived KV watchers and ordered consumers.
-				if ci == nil || s.Name != api.StreamRequests || ci.Name != schedulerConsumer {
+				if ci == nil || s.Name != api.StreamRequests || !strings.HasPrefix(ci.Name, schedulerConsumer) {
 					continue
 				}
 				ch <- prometheus.MustNewConstMetric(consumerPendingDesc, prometheus.GaugeValue, float64(ci.NumPending), s.Name, ci.Name)

@@ -14,68 +14,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
-	"github.com/gridfleet/terraform-provider-grid/internal/retry"
 )
 
 // schedulerConsumer is the durable consumer on the requests stream that
 // every controller pulls from, so each job is claimed once.
 const schedulerConsumer = "scheduler"
-
-// schedule pulls submitted jobs while this controller has capacity and
-// starts them.
-func (c *Controller) schedule(ctx context.Context) {
-	cons, err := c.ensureSchedulerConsumer(ctx)
-	if err != nil {
-		return // ctx ended
-	}
-	// Claims run concurrently (each is a few KV round trips), so one slow
-	// claim does not hold up the queue; schedule returns once they are done.
-	var claims sync.WaitGroup
-	defer claims.Wait()
-	for ctx.Err() == nil {
-		// Take a slot before taking work, so a busy controller leaves
-		// requests to its peers; then as many more free slots as a batch
-		// holds, so a burst of submissions is fetched in one pull.
-		select {
-		case c.slots <- struct{}{}:
-		case <-ctx.Done():
-			return
-		}
-		n := 1
-	more:
-		for n < fetchBatch {
-			select {
-			case c.slots <- struct{}{}:
-				n++
-			default:
-				break more
-			}
-		}
-		batch, err := cons.Fetch(n, jetstream.FetchMaxWait(time.Second))
-		if err != nil {
-			for range n {
-				<-c.slots
-			}
-			if ctx.Err() == nil && !errors.Is(err, jetstream.ErrNoMessages) {
-				c.log.Warn("fetch requests", "err", err)
-				_ = retry.Sleep(ctx, 250*time.Millisecond)
-			}
-			continue
-		}
-		got := 0
-		for m := range batch.Messages() {
-			got++
-			claims.Go(func() {
-				if !c.claim(ctx, m) {
-					<-c.slots
-				}
-			})
-		}
-		for range n - got {
-			<-c.slots
-		}
-	}
-}
 
 // missingJobGrace is how long a request whose job cannot be read is retried
 // before it is dropped.
@@ -122,18 +65,26 @@ func requestJob(m jetstream.Msg, id string) (*api.Job, uint64) {
 // this controller as owner (compare-and-swap, so two controllers never both
 // win) and starts it. It returns whether a run started.
 func (c *Controller) claim(ctx context.Context, m jetstream.Msg) bool {
-	id := strings.TrimPrefix(m.Subject(), "request.")
+	id := api.RequestJobID(m.Subject())
 	started := false
+	var notYet time.Duration
 	carried, crev := requestJob(m, id)
+	if why := c.crashedClaim(m, carried); why != "" {
+		c.deadLetter(ctx, m, id, why)
+		return false
+	}
 	job, rev, err := c.jobs.mutateFrom(ctx, id, carried, crev, func(j *api.Job) bool {
 		// Judged on each try: an earlier try may have lost to a cancel.
 		started = false
-		if j.Status != api.JobPending {
+		if notYet = untilDue(j); notYet > 0 {
+			return false
+		}
+		if j.Status != api.JobPending && j.Status != api.JobWaiting {
 			return false
 		}
 		j.Status = api.JobRunning
 		j.Owner = c.id
-		j.Expected, j.Unreachable = c.reg.resolveAll(j.Target)
+		j.Expected, j.Unreachable = c.expectedNodes(j)
 		now := time.Now().UTC()
 		j.UpdatedAt = now
 		j.StartedAt = &now
@@ -156,7 +107,15 @@ func (c *Controller) claim(ctx context.Context, m jetstream.Msg) bool {
 			return false
 		}
 		c.log.Warn("claim job", "job", id, "err", err)
+		if c.lastDelivery(m) {
+			c.deadLetter(ctx, m, id, "claim failed: "+err.Error())
+			return false
+		}
 		_ = m.NakWithDelay(time.Second)
+		return false
+	}
+	if notYet > 0 {
+		c.putBackUntilDue(m, id, notYet)
 		return false
 	}
 	if !started && job.Status == api.JobRunning && job.Owner == c.id && c.localRun(id) == nil {
@@ -196,6 +155,7 @@ func (c *Controller) startRun(job *api.Job, rev uint64) bool {
 		// The job timeout counts from when the job first started, so a
 		// resumed job keeps its original deadline.
 		rctx, stopTimeout = context.WithDeadlineCause(root, job.StartedAt.Add(d), errJobTimeout)
+		c.stopAgentsOnJobTimeout(rctx, job.ID)
 	}
 	size := 4 * len(job.Expected)
 	r := &run{

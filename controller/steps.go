@@ -315,6 +315,7 @@ func (g *stepGroup) onResult(tr *api.TaskResult) {
 			res.Progress = tr.Progress
 			if tr.Output != "" {
 				res.Output = tr.Output
+				res.ProgressMessage = tr.Output
 			}
 		})
 	case api.StepSuccess, api.StepFailed:
@@ -468,7 +469,7 @@ func (g *stepGroup) abort(cause error) {
 	if errors.Is(cause, errShutdown) || errors.Is(cause, errLostOwnership) {
 		return
 	}
-	status, msg := api.StepFailed, "job timeout"
+	status, msg := api.StepFailed, jobTimeoutMessage(g.r.job.Timeout)
 	if errors.Is(cause, errCancelled) {
 		status, msg = api.StepCancelled, "cancelled"
 	}

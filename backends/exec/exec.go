@@ -2,7 +2,7 @@
 // configuration registers under a name — a job names the program, never a
 // path — and talks to them with JSON over stdin and stdout:
 //
-//	→ {"job_id":"r1","type":"<program>","payload":<input>}
+//	→ {"job_id":"job-…","step":0,"node":"web-1","attempt":1,"request_id":"r1","type":"<program>","payload":<input>}
 //	← {"status":"progress","pct":45,"message":"rendering frame 12/27"}
 //	← {"status":"done","result":{"changed":true,"output":"…",…}}
 //	← {"status":"error","error":"out of memory"}
@@ -136,11 +136,17 @@ func (b *Backend) Close() error {
 	return nil
 }
 
-// request is the line a program reads.
+// request is the line a program reads. job_id, step, node and attempt
+// name the task (job_id is the job's id; called outside a job it is the
+// request id); request_id counts this backend's requests.
 type request struct {
-	JobID   string          `json:"job_id"`
-	Type    string          `json:"type"`
-	Payload json.RawMessage `json:"payload"`
+	JobID     string          `json:"job_id"`
+	Step      int             `json:"step"`
+	Node      string          `json:"node,omitempty"`
+	Attempt   int             `json:"attempt,omitempty"`
+	RequestID string          `json:"request_id"`
+	Type      string          `json:"type"`
+	Payload   json.RawMessage `json:"payload"`
 	// Secret is the run's sensitive "secret" param, when set.
 	Secret string `json:"secret,omitempty"`
 }
@@ -173,7 +179,13 @@ func (b *Backend) Run(ctx context.Context, req *backends.Request) (*backends.Res
 	if !json.Valid([]byte(input)) {
 		return nil, fmt.Errorf("exec: input is not a JSON document")
 	}
-	line, err := json.Marshal(request{JobID: "r" + strconv.FormatUint(b.seq.Add(1), 10), Type: name, Payload: json.RawMessage(input), Secret: req.Params["secret"]})
+	rid := "r" + strconv.FormatUint(b.seq.Add(1), 10)
+	jobID := req.JobID
+	if jobID == "" {
+		jobID = rid
+	}
+	line, err := json.Marshal(request{JobID: jobID, Step: req.Step, Node: req.Node, Attempt: req.Attempt, RequestID: rid,
+		Type: name, Payload: json.RawMessage(input), Secret: req.Params["secret"]})
 	if err != nil {
 		return nil, fmt.Errorf("exec: encode request: %w", err)
 	}

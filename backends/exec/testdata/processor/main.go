@@ -4,6 +4,7 @@
 //
 //	{"echo": v}            done with {"echo": v, "argv": …, "pid": …, "changed": false}
 //	{"progress": true}     progress 10 and 60, then done
+//	{"slow_progress": m}   progress 50 with message m, a second later done
 //	{"fail": "msg"}        "msg" on stderr, then an error line
 //	{"sleep": "pidfile"}   start a child that sleeps, write its pid, hang
 //	{"exit": n}            exit with status n without answering
@@ -24,6 +25,8 @@ import (
 
 type request struct {
 	JobID   string         `json:"job_id"`
+	Step    int            `json:"step"`
+	Node    string         `json:"node"`
 	Type    string         `json:"type"`
 	Payload map[string]any `json:"payload"`
 }
@@ -63,7 +66,12 @@ func handle(req request) {
 	switch {
 	case p["echo"] != nil:
 		emit(map[string]any{"status": "done", "job_id": req.JobID, "result": map[string]any{
-			"echo": p["echo"], "argv": os.Args[1:], "pid": os.Getpid(), "type": req.Type, "changed": false}})
+			"echo": p["echo"], "argv": os.Args[1:], "pid": os.Getpid(), "type": req.Type, "changed": false,
+			"job_id": req.JobID, "step": req.Step, "node": req.Node}})
+	case p["slow_progress"] != nil:
+		emit(map[string]any{"status": "progress", "pct": 50, "message": p["slow_progress"]})
+		time.Sleep(time.Second)
+		emit(map[string]any{"status": "done", "result": map[string]any{"output": "finished"}})
 	case p["progress"] != nil:
 		emit(map[string]any{"status": "progress", "pct": 10, "message": "starting"})
 		emit(map[string]any{"status": "progress", "pct": 60, "msg": "halfway"})

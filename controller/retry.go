@@ -1,0 +1,183 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gridfleet/terraform-provider-grid/api"
+)
+
+// The routes of this file and dlq.go are registered in apiRoutes: retry
+// and delete need operator.
+
+// handleRetry submits a new job with the spec of a finished one, linked to
+// it by retry_of; with failed_only, only on the nodes that did not finish
+// every step they ran (failed, cancelled, unreachable, or never answered).
+func (c *Controller) handleRetry(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	var req api.RetryRequest
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 64<<10))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "read request body: "+err.Error())
+		return
+	}
+	if len(body) > 0 {
+		if err := json.Unmarshal(body, &req); err != nil {
+			writeError(w, http.StatusBadRequest, "retry request: "+err.Error()+` (want {"failed_only": true|false})`)
+			return
+		}
+	}
+	orig, err := c.currentJob(r.Context(), id)
+	if errors.Is(err, api.ErrNotFound) {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("job %s not found", id))
+		return
+	}
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+		return
+	}
+	if !orig.Status.Terminal() {
+		writeError(w, http.StatusConflict, fmt.Sprintf("job %s is %s; retry a finished job (or cancel it first)", id, orig.Status))
+		return
+	}
+	if p := sensitiveParam(orig); p != "" {
+		// Its values were dropped when the job ended; a retry would send
+		// the placeholder in their place.
+		writeError(w, http.StatusConflict, fmt.Sprintf("job %s has sensitive param %s, whose value is not kept after a job ends; submit the job again with it", id, p))
+		return
+	}
+	job := api.JobSpec{Target: orig.Target, Tasks: orig.Tasks, Strategy: orig.Strategy, Timeout: orig.Timeout,
+		CheckMode: orig.CheckMode}.Job()
+	job.RetryOf = orig.ID
+	job.SubmittedBy = principalFrom(r.Context()).Name
+	job.Priority = orig.Priority
+	job.Nodes = slices.Clone(orig.Nodes)
+	if req.FailedOnly {
+		job.Nodes = failedNodes(orig)
+		if len(job.Nodes) == 0 {
+			writeError(w, http.StatusConflict, fmt.Sprintf("job %s has no failed nodes to retry (status %s)", id, orig.Status))
+			return
+		}
+	}
+	if err := c.catalog().ValidateJob(job); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if !c.admit(w, r) {
+		return
+	}
+	if err := c.enqueue(r.Context(), job); err != nil {
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusAccepted, job)
+}
+
+// admit applies admission control (max_pending) to a new job; it answers
+// the request itself when the job may not be queued.
+func (c *Controller) admit(w http.ResponseWriter, r *http.Request) bool {
+	pending, err := c.pendingCount(r.Context(), c.cfg.MaxPending)
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+		return false
+	}
+	if pending >= c.cfg.MaxPending {
+		c.metrics.admissionRejected.Inc()
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusTooManyRequests, fmt.Sprintf("job queue is full (%d pending, max_pending %d); retry later", pending, c.cfg.MaxPending))
+		return false
+	}
+	return true
+}
+
+// failedNodes are the nodes of a finished job that did not finish every
+// step they ran: a step failed (unreachable and timed out included) or was
+// cancelled, or the node has no final result at all.
+func failedNodes(j *api.Job) []string {
+	var out []string
+	for _, id := range j.Expected {
+		ok, seen := true, false
+		for _, m := range j.Results {
+			res := m[id]
+			if res == nil {
+				continue
+			}
+			seen = true
+			if res.Status != api.StepSuccess && res.Status != api.StepSkipped {
+				ok = false
+			}
+		}
+		if !ok || !seen {
+			out = append(out, id)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// handleDeleteJob removes a finished job from the jobs bucket (its results
+// in the results stream expire on their own). A job that may still change
+// (pending or running) is a 409: cancel it first.
+func (c *Controller) handleDeleteJob(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	j, rev, err := c.jobs.get(r.Context(), id)
+	if errors.Is(err, api.ErrNotFound) {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("job %s not found", id))
+		return
+	}
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+		return
+	}
+	if !j.Status.Terminal() || c.localRun(id) != nil {
+		writeError(w, http.StatusConflict, fmt.Sprintf("job %s is %s; cancel it first, then delete it", id, j.Status))
+		return
+	}
+	// Deleting at the revision read makes a job that changed since (it
+	// cannot once terminal, but a stale replica may have answered) a
+	// conflict instead of a lost update.
+	if err := c.jobs.delete(r.Context(), id, rev); err != nil {
+		if errors.Is(err, errConflict) {
+			writeError(w, http.StatusConflict, fmt.Sprintf("job %s changed while being deleted; try again", id))
+			return
+		}
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+		return
+	}
+	c.log.Info("job deleted", "job", id, "status", j.Status)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// delete removes a job if its stored revision is still rev.
+func (s *jobStore) delete(ctx context.Context, id string, rev uint64) error {
+	err := s.kv.Delete(ctx, id, jetstream.LastRevision(rev))
+	if err == nil {
+		return nil
+	}
+	var apiErr *jetstream.APIError
+	if (errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence) ||
+		errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		return errConflict
+	}
+	return fmt.Errorf("delete job %s: %w", id, err)
+}
+
+// sensitiveParam names a param of the job whose value was held back as
+// sensitive ("step N: name"), or "".
+func sensitiveParam(j *api.Job) string {
+	for _, s := range api.Flatten(j.Tasks) {
+		for k, v := range s.Task.Params {
+			if v == api.SensitiveValue {
+				return fmt.Sprintf("%s (step %d)", k, s.Index)
+			}
+		}
+	}
+	return ""
+}
