@@ -26,7 +26,7 @@ func TestPoisonRequestGoesToDeadLetters(t *testing.T) {
 	f := fleettest.Start(t, fleet.Options{Agents: 1, Controller: func(c *controller.Config) { c.MaxDeliveries = 3 }})
 	ctx := context.Background()
 	c := f.Client()
-	nc, err := nats.Connect(f.NATSURL())
+	nc, err := nats.Connect(f.NATSURL(), f.NATSOptions()...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,7 @@ import (
 // after 2s" while the agents' sleeps ran on to 10s.
 func TestJobTimeoutStopsAgentsWork(t *testing.T) {
 	f := fleettest.Start(t, fleet.Options{Agents: 2})
-	nc, err := nats.Connect(f.NATSURL())
+	nc, err := nats.Connect(f.NATSURL(), f.NATSOptions()...)
 	if err != nil {
 		t.Fatal(err)
 	}
