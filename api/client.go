@@ -269,6 +269,9 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 				eb.Error = http.StatusText(resp.StatusCode)
 			}
 		}
+		if resp.StatusCode == http.StatusBadRequest && strings.Contains(eb.Error, "HTTP request to an HTTPS server") {
+			eb.Error += " (the controller serves HTTPS: use an https:// address and trust its DATA_DIR/ca.pem with GRID_CACERT)"
+		}
 		return &Error{StatusCode: resp.StatusCode, Message: eb.Error}
 	}
 	if out == nil {

@@ -76,6 +76,11 @@ func TestAPIServesHTTPSWithTheControllerCA(t *testing.T) {
 		}
 	}
 
+	plainCl, _ := api.NewClient(api.ClientConfig{Address: plain, Token: f.AdminToken()})
+	if _, err := plainCl.ListNodes(ctx); err == nil || !strings.Contains(err.Error(), "use an https:// address") {
+		t.Fatalf("client on plain HTTP: %v, want an error saying to use https", err)
+	}
+
 	// No CA: refused, and the error says what to set.
 	bare, err := api.NewClient(api.ClientConfig{Address: f.APIURL(), Token: f.AdminToken()})
 	if err != nil {
@@ -95,6 +100,8 @@ func TestAPIServesHTTPSWithTheControllerCA(t *testing.T) {
 	for name, cc := range map[string]api.ClientConfig{
 		"file": {Address: f.APIURL(), Token: f.AdminToken(), CAFile: f.CAFile()},
 		"pem":  {Address: f.APIURL(), Token: f.AdminToken(), CAPEM: string(pemText)},
+		// The provider's insecure_skip_verify, for labs.
+		"skip verify": {Address: f.APIURL(), Token: f.AdminToken(), InsecureSkipVerify: true},
 	} {
 		cl, err := api.NewClient(cc)
 		if err != nil {
