@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
@@ -74,13 +75,25 @@ func (c *Controller) APIClientConfig(tok string) api.ClientConfig {
 }
 
 // APIHTTPClient is an *http.Client that trusts CAFile, for callers of the
-// API's raw routes (it sends no token).
+// API's raw routes (it sends no token). It is made once, so its
+// connections are reused.
 func (c *Controller) APIHTTPClient() (*http.Client, error) {
-	tc, err := c.APIClientConfig("").TLSConfig()
-	if err != nil {
-		return nil, err
-	}
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.TLSClientConfig = tc
-	return &http.Client{Transport: tr, Timeout: 30 * time.Second}, nil
+	c.apiHTTP.once.Do(func() {
+		tc, err := c.APIClientConfig("").TLSConfig()
+		if err != nil {
+			c.apiHTTP.err = err
+			return
+		}
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.TLSClientConfig = tc
+		c.apiHTTP.hc = &http.Client{Transport: tr, Timeout: 30 * time.Second}
+	})
+	return c.apiHTTP.hc, c.apiHTTP.err
+}
+
+// apiHTTPClient holds the client APIHTTPClient makes once.
+type apiHTTPClient struct {
+	once sync.Once
+	hc   *http.Client
+	err  error
 }

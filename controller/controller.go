@@ -61,6 +61,8 @@ type Controller struct {
 
 	httpSrv  *http.Server
 	debugSrv *http.Server
+	// apiHTTP is APIHTTPClient's client, made on first use.
+	apiHTTP  apiHTTPClient
 	apiURL   string
 	natsURL  string
 	debugURL string
