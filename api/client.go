@@ -51,9 +51,14 @@ const (
 	EnvAddr   = "GRID_ADDR"
 	EnvToken  = "GRID_TOKEN"
 	EnvCACert = "GRID_CACERT"
+	// EnvClientCert and EnvClientKey are a client certificate for a
+	// controller with api_client_ca.
+	EnvClientCert = "GRID_CLIENT_CERT"
+	EnvClientKey  = "GRID_CLIENT_KEY"
 )
 
-// DefaultClientConfig reads GRID_ADDR, GRID_TOKEN and GRID_CACERT.
+// DefaultClientConfig reads GRID_ADDR, GRID_TOKEN, GRID_CACERT,
+// GRID_CLIENT_CERT and GRID_CLIENT_KEY.
 func DefaultClientConfig() ClientConfig {
 	c := ClientConfig{Address: DefaultAddress, Timeout: 30 * time.Second}
 	if v := os.Getenv(EnvAddr); v != "" {
@@ -61,6 +66,7 @@ func DefaultClientConfig() ClientConfig {
 	}
 	c.Token = os.Getenv(EnvToken)
 	c.CAFile = os.Getenv(EnvCACert)
+	c.CertFile, c.KeyFile = os.Getenv(EnvClientCert), os.Getenv(EnvClientKey)
 	return c
 }
 

@@ -33,6 +33,8 @@ type gridProviderModel struct {
 	CAFile             types.String `tfsdk:"ca_file"`
 	CAPEM              types.String `tfsdk:"ca_pem"`
 	InsecureSkipVerify types.Bool   `tfsdk:"insecure_skip_verify"`
+	ClientCertFile     types.String `tfsdk:"client_cert_file"`
+	ClientKeyFile      types.String `tfsdk:"client_key_file"`
 	Timeout            types.String `tfsdk:"timeout"`
 }
 
@@ -76,6 +78,15 @@ func (p *gridProvider) Schema(_ context.Context, _ provider.SchemaRequest, resp 
 					"trusted in addition to `ca_file`.",
 				Optional: true,
 			},
+			"client_cert_file": schema.StringAttribute{
+				MarkdownDescription: "Path of a client certificate (PEM) for a controller that requires one (`api_client_ca`). " +
+					"Defaults to the `GRID_CLIENT_CERT` environment variable.",
+				Optional: true,
+			},
+			"client_key_file": schema.StringAttribute{
+				MarkdownDescription: "Path of the key of `client_cert_file` (PEM). Defaults to the `GRID_CLIENT_KEY` environment variable.",
+				Optional:            true,
+			},
 			"insecure_skip_verify": schema.BoolAttribute{
 				MarkdownDescription: "Accept any certificate from the controller. For labs only: anyone on the path can then " +
 					"impersonate the controller and read the token. Defaults to `false`.",
@@ -111,7 +122,7 @@ func (p *gridProvider) Configure(ctx context.Context, req provider.ConfigureRequ
 			"The provider's \"insecure_skip_verify\" is not known until apply. Set it to a value known at plan time.")
 	}
 	for name, v := range map[string]types.String{"address": cfg.Address, "token": cfg.Token, "timeout": cfg.Timeout,
-		"ca_file": cfg.CAFile, "ca_pem": cfg.CAPEM} {
+		"ca_file": cfg.CAFile, "ca_pem": cfg.CAPEM, "client_cert_file": cfg.ClientCertFile, "client_key_file": cfg.ClientKeyFile} {
 		if v.IsUnknown() {
 			resp.Diagnostics.AddAttributeError(path.Root(name), "Unknown GRID Provider Setting",
 				fmt.Sprintf("The provider's %q is not known until apply. Set it to a value known at plan time "+
@@ -134,6 +145,12 @@ func (p *gridProvider) Configure(ctx context.Context, req provider.ConfigureRequ
 		cc.CAFile = v
 	}
 	cc.CAPEM = cfg.CAPEM.ValueString()
+	if v := cfg.ClientCertFile.ValueString(); v != "" {
+		cc.CertFile = v
+	}
+	if v := cfg.ClientKeyFile.ValueString(); v != "" {
+		cc.KeyFile = v
+	}
 	cc.InsecureSkipVerify = cfg.InsecureSkipVerify.ValueBool()
 	if v := cfg.Timeout.ValueString(); v != "" {
 		d, err := time.ParseDuration(v)
@@ -151,12 +168,9 @@ func (p *gridProvider) Configure(ctx context.Context, req provider.ConfigureRequ
 	}
 	client, err := api.NewClient(cc)
 	if err != nil {
-		attr := "ca_file"
-		if cc.CAFile == "" {
-			attr = "ca_pem"
-		}
-		resp.Diagnostics.AddAttributeError(path.Root(attr), "Invalid Controller CA",
-			err.Error()+". Set ca_file (or GRID_CACERT) to the controller's DATA_DIR/ca.pem, or ca_pem to its contents.")
+		resp.Diagnostics.AddError("Invalid Controller TLS Settings",
+			err.Error()+". Set ca_file (or GRID_CACERT) to the controller's DATA_DIR/ca.pem, or ca_pem to its contents; "+
+				"client_cert_file and client_key_file (or GRID_CLIENT_CERT and GRID_CLIENT_KEY) go together.")
 		return
 	}
 	data := &providerData{client: client}
