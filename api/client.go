@@ -3,6 +3,8 @@ package api
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,7 +20,7 @@ import (
 
 // DefaultAddress is where the CLI and provider look for a controller when
 // neither a flag nor GRID_ADDR says otherwise.
-const DefaultAddress = "http://127.0.0.1:8765"
+const DefaultAddress = "https://127.0.0.1:8765"
 
 // ClientConfig configures a Client.
 type ClientConfig struct {
@@ -28,18 +30,80 @@ type ClientConfig struct {
 	Token string
 	// Timeout bounds each request (long polls add their own wait).
 	Timeout time.Duration
-	// HTTPClient replaces the default transport.
+	// HTTPClient replaces the default client. Its transport, when an
+	// *http.Transport, is copied with the TLS settings below (when any).
 	HTTPClient *http.Client
+	// CAFile and CAPEM are CA certificates (PEM) the controller's HTTPS
+	// certificate must chain to, in addition to each other; with neither,
+	// the system's roots. A controller's own CA is its DATA_DIR/ca.pem.
+	CAFile string
+	CAPEM  string
+	// CertFile and KeyFile are a client certificate for a controller that
+	// requires one (api_client_ca).
+	CertFile, KeyFile string
+	// InsecureSkipVerify accepts any server certificate: for labs only,
+	// since anyone on the path can then read the token.
+	InsecureSkipVerify bool
 }
 
-// DefaultClientConfig reads GRID_ADDR and GRID_TOKEN.
+// Environment variables clients read.
+const (
+	EnvAddr   = "GRID_ADDR"
+	EnvToken  = "GRID_TOKEN"
+	EnvCACert = "GRID_CACERT"
+	// EnvClientCert and EnvClientKey are a client certificate for a
+	// controller with api_client_ca.
+	EnvClientCert = "GRID_CLIENT_CERT"
+	EnvClientKey  = "GRID_CLIENT_KEY"
+)
+
+// DefaultClientConfig reads GRID_ADDR, GRID_TOKEN, GRID_CACERT,
+// GRID_CLIENT_CERT and GRID_CLIENT_KEY.
 func DefaultClientConfig() ClientConfig {
 	c := ClientConfig{Address: DefaultAddress, Timeout: 30 * time.Second}
-	if v := os.Getenv("GRID_ADDR"); v != "" {
+	if v := os.Getenv(EnvAddr); v != "" {
 		c.Address = v
 	}
-	c.Token = os.Getenv("GRID_TOKEN")
+	c.Token = os.Getenv(EnvToken)
+	c.CAFile = os.Getenv(EnvCACert)
+	c.CertFile, c.KeyFile = os.Getenv(EnvClientCert), os.Getenv(EnvClientKey)
 	return c
+}
+
+// TLSConfig is the client TLS configuration the config asks for, or nil
+// when it asks for nothing beyond the system's defaults.
+func (c ClientConfig) TLSConfig() (*tls.Config, error) {
+	if c.CAFile == "" && c.CAPEM == "" && c.CertFile == "" && c.KeyFile == "" && !c.InsecureSkipVerify {
+		return nil, nil
+	}
+	tc := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: c.InsecureSkipVerify} //nolint:gosec // asked for, labs only
+	if c.CAFile != "" || c.CAPEM != "" {
+		pool := x509.NewCertPool()
+		if c.CAFile != "" {
+			b, err := os.ReadFile(c.CAFile)
+			if err != nil {
+				return nil, fmt.Errorf("controller CA file (GRID_CACERT / ca_file): %w", err)
+			}
+			if !pool.AppendCertsFromPEM(b) {
+				return nil, fmt.Errorf("controller CA file %s (GRID_CACERT / ca_file): no PEM certificate in it", c.CAFile)
+			}
+		}
+		if c.CAPEM != "" && !pool.AppendCertsFromPEM([]byte(c.CAPEM)) {
+			return nil, errors.New("controller CA PEM (ca_pem): no PEM certificate in it")
+		}
+		tc.RootCAs = pool
+	}
+	if c.CertFile != "" || c.KeyFile != "" {
+		if c.CertFile == "" || c.KeyFile == "" {
+			return nil, errors.New("client certificate: set both the certificate and its key")
+		}
+		cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("client certificate: %w", err)
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	}
+	return tc, nil
 }
 
 // Validate checks the address.
@@ -54,10 +118,10 @@ func (c ClientConfig) Validate() error {
 	return nil
 }
 
-// NormalizeAddress adds http:// to a bare host:port.
+// NormalizeAddress adds https:// to a bare host:port.
 func NormalizeAddress(a string) string {
 	if !strings.Contains(a, "://") {
-		return "http://" + a
+		return "https://" + a
 	}
 	return strings.TrimRight(a, "/")
 }
@@ -74,9 +138,28 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	tc, err := cfg.TLSConfig()
+	if err != nil {
+		return nil, err
+	}
 	hc := cfg.HTTPClient
 	if hc == nil {
 		hc = &http.Client{}
+	}
+	if tc != nil {
+		// The TLS settings asked for replace the transport's own (an
+		// *http.Transport sets a TLS config of its own once used).
+		tr, ok := hc.Transport.(*http.Transport)
+		if hc.Transport == nil {
+			tr, ok = http.DefaultTransport.(*http.Transport), true
+		}
+		if ok {
+			tr = tr.Clone()
+			tr.TLSClientConfig = tc
+			cp := *hc
+			cp.Transport = tr
+			hc = &cp
+		}
 	}
 	if cfg.Timeout > 0 && hc.Timeout == 0 {
 		cp := *hc
@@ -117,6 +200,36 @@ func (e *UnreachableError) Error() string {
 
 func (e *UnreachableError) Unwrap() error { return e.Err }
 
+// TLSError is a failure to verify the controller's HTTPS certificate.
+type TLSError struct {
+	Address string
+	Err     error
+}
+
+func (e *TLSError) Error() string {
+	return fmt.Sprintf("cannot verify the GRID controller's certificate at %s: %v (set GRID_CACERT, --cacert or the provider's ca_file to the controller's DATA_DIR/ca.pem)", e.Address, e.Err)
+}
+
+func (e *TLSError) Unwrap() error { return e.Err }
+
+// tlsError is a *TLSError when err is a certificate verification failure,
+// or a plain HTTPS-to-HTTP mismatch explained, else nil.
+func tlsError(addr string, err error) error {
+	var (
+		cv *tls.CertificateVerificationError
+		ua x509.UnknownAuthorityError
+		he x509.HostnameError
+		ci x509.CertificateInvalidError
+	)
+	if errors.As(err, &cv) || errors.As(err, &ua) || errors.As(err, &he) || errors.As(err, &ci) {
+		return &TLSError{Address: addr, Err: err}
+	}
+	if strings.Contains(err.Error(), "server gave HTTP response to HTTPS client") {
+		return fmt.Errorf("the GRID controller at %s answers plain HTTP (insecure: true): use an http:// address: %w", addr, err)
+	}
+	return nil
+}
+
 func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
 	var body io.Reader
 	if in != nil {
@@ -139,6 +252,9 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
+		if te := tlsError(c.base, err); te != nil {
+			return te
+		}
 		var ne net.Error
 		var oe *net.OpError
 		if ctx.Err() == nil && (errors.As(err, &oe) || (errors.As(err, &ne) && !ne.Timeout())) {
@@ -158,6 +274,9 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 			if eb.Error == "" {
 				eb.Error = http.StatusText(resp.StatusCode)
 			}
+		}
+		if resp.StatusCode == http.StatusBadRequest && strings.Contains(eb.Error, "HTTP request to an HTTPS server") {
+			eb.Error += " (the controller serves HTTPS: use an https:// address and trust its DATA_DIR/ca.pem with GRID_CACERT)"
 		}
 		return &Error{StatusCode: resp.StatusCode, Message: eb.Error}
 	}

@@ -25,8 +25,9 @@ func newDevCommand(g *globals) *cobra.Command {
 		Short: "Run a controller and N agents in one process, for trying GRID out",
 		Long: `Run a local fleet: a controller with its embedded NATS server and N agents
 in this process, with a temporary data directory that is removed at exit.
-It prints an export line (GRID_ADDR and GRID_TOKEN, the admin token) to
-paste into another terminal. Stop it with Ctrl-C.
+It prints an export line (GRID_ADDR, GRID_TOKEN, the admin token, and
+GRID_CACERT, the CA of the API's HTTPS certificate) to paste into another
+terminal. Stop it with Ctrl-C.
 
 The agents never change this machine. What each backend really does here:
   ping, test     real and harmless: echo, sleep, fail
@@ -72,19 +73,19 @@ The agents never change this machine. What each backend really does here:
 			addr := f.APIURL()
 			_, _ = fmt.Fprintf(g.stdout, `GRID dev fleet: %d agent(s) named node-1…node-%d
   API:    %s
-  NATS:   %s (TLS; CA %s, join token in %s)
+  NATS:   %s (TLS; CA %s, also the API's; join token in %s)
   groups: %s
   data:   %s (removed at exit)
   apt and systemd run in check mode only; see grid dev --help
 
 Paste into another terminal (the token is the admin token):
-  export GRID_ADDR=%s GRID_TOKEN=%s
+  export GRID_ADDR=%s GRID_TOKEN=%s GRID_CACERT=%s
 then try:
   grid node list
   grid job run --target group:web ping echo --message hi --wait
 
 Ctrl-C stops the fleet.
-`, agents, agents, addr, f.NATSURL(), f.CAFile(), f.JoinTokenFile(), devGroups(agents), dir, addr, f.AdminToken())
+`, agents, agents, addr, f.NATSURL(), f.CAFile(), f.JoinTokenFile(), devGroups(agents), dir, addr, f.AdminToken(), f.CAFile())
 			<-ctx.Done()
 			_, _ = fmt.Fprintln(g.stderr, "stopping the dev fleet…")
 			<-f.Done()

@@ -76,6 +76,7 @@ func TestDevFleetEndToEnd(t *testing.T) {
 	t.Setenv("FAKE_APT_DIR", aptDir)
 	t.Setenv("GRID_ADDR", "")
 	t.Setenv("GRID_TOKEN", "")
+	t.Setenv("GRID_CACERT", "")
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -85,12 +86,12 @@ func TestDevFleetEndToEnd(t *testing.T) {
 		done <- run(ctx, "test", []string{"dev", "--agents", "2", "--api-addr", "127.0.0.1:0"}, &devOut, &devErr)
 	}()
 
-	exportRE := regexp.MustCompile(`export GRID_ADDR=(http://\S+) GRID_TOKEN=(\S+)`)
-	var addr, tok string
+	exportRE := regexp.MustCompile(`export GRID_ADDR=(https://\S+) GRID_TOKEN=(\S+) GRID_CACERT=(\S+)`)
+	var addr, tok, caFile string
 	deadline := time.Now().Add(30 * time.Second)
 	for addr == "" {
 		if m := exportRE.FindStringSubmatch(devOut.String()); m != nil {
-			addr, tok = m[1], m[2]
+			addr, tok, caFile = m[1], m[2], m[3]
 			break
 		}
 		select {
@@ -103,8 +104,19 @@ func TestDevFleetEndToEnd(t *testing.T) {
 		}
 	}
 
+	// Without the CA the certificate is refused, and the error says what
+	// to set.
+	code, _, errOut := runCLI(t, "--addr", addr, "--token", tok, "node", "list")
+	if code != ExitFailed || !strings.Contains(errOut, "GRID_CACERT") || !strings.Contains(errOut, "DATA_DIR/ca.pem") {
+		t.Fatalf("node list without the CA: code %d err %q", code, errOut)
+	}
+	// --cacert works as GRID_CACERT does.
+	if code, out, errOut := runCLI(t, "--addr", addr, "--token", tok, "--cacert", caFile, "node", "list"); code != ExitOK || !strings.Contains(out, "node-1") {
+		t.Fatalf("node list with --cacert: code %d out %q err %q", code, out, errOut)
+	}
+	t.Setenv("GRID_CACERT", caFile)
 	// Without the token the API refuses, and says what to do.
-	code, _, errOut := runCLI(t, "--addr", addr, "node", "list")
+	code, _, errOut = runCLI(t, "--addr", addr, "node", "list")
 	if code != ExitFailed || !strings.Contains(errOut, "401") || !strings.Contains(errOut, "GRID_TOKEN") {
 		t.Fatalf("node list without a token: code %d err %q", code, errOut)
 	}

@@ -22,7 +22,7 @@ func TestJobExitCodesRollout(t *testing.T) {
 	}
 	addr := f.APIURL()
 
-	code, out, errOut := runCLI(t, "job", "run", "--addr", addr, "--token", f.AdminToken(), "--target", "group:web", "ping", "echo", "--wait")
+	code, out, errOut := runCLI(t, "job", "run", "--addr", addr, "--token", f.AdminToken(), "--cacert", f.CAFile(), "--target", "group:web", "ping", "echo", "--wait")
 	if code != ExitUnreachable {
 		t.Fatalf("job with an offline node: code %d, want %d; out %q err %q", code, ExitUnreachable, out, errOut)
 	}
@@ -35,16 +35,16 @@ func TestJobExitCodesRollout(t *testing.T) {
 	if id == nil {
 		t.Fatalf("no job id in %q", out)
 	}
-	if code, out, _ := runCLI(t, "job", "status", "--addr", addr, "--token", f.AdminToken(), id[1]); code != ExitUnreachable {
+	if code, out, _ := runCLI(t, "job", "status", "--addr", addr, "--token", f.AdminToken(), "--cacert", f.CAFile(), id[1]); code != ExitUnreachable {
 		t.Fatalf("job status: code %d, want %d: %s", code, ExitUnreachable, out)
 	}
 
-	code, out, errOut = runCLI(t, "job", "run", "--addr", addr, "--token", f.AdminToken(), "--target", "group:web", "--max-concurrency", "1", "--max-errors", "0",
+	code, out, errOut = runCLI(t, "job", "run", "--addr", addr, "--token", f.AdminToken(), "--cacert", f.CAFile(), "--target", "group:web", "--max-concurrency", "1", "--max-errors", "0",
 		"test", "fail", "--wait")
 	if code != ExitFailed || !strings.Contains(out, "not_started") || !strings.Contains(out, "max errors:") {
 		t.Fatalf("rollout stopped by max_errors: code %d out %q err %q", code, out, errOut)
 	}
-	if code, _, errOut := runCLI(t, "job", "run", "--addr", addr, "--token", f.AdminToken(), "--target", "all", "--max-errors", "lots", "ping", "echo"); code != ExitUsage || !strings.Contains(errOut, "--max-errors") {
+	if code, _, errOut := runCLI(t, "job", "run", "--addr", addr, "--token", f.AdminToken(), "--cacert", f.CAFile(), "--target", "all", "--max-errors", "lots", "ping", "echo"); code != ExitUsage || !strings.Contains(errOut, "--max-errors") {
 		t.Fatalf("bad --max-errors: code %d err %q", code, errOut)
 	}
 }

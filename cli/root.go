@@ -77,10 +77,13 @@ func exitCode(err error) int {
 
 // globals are the flags every command shares.
 type globals struct {
-	addr    string
-	output  string
-	token   string
-	timeout time.Duration
+	addr   string
+	output string
+	token  string
+	cacert string
+	// cert and key are a client certificate (mTLS).
+	cert, key string
+	timeout   time.Duration
 
 	// version is the binary's version, set by -ldflags in main.
 	version string
@@ -108,9 +111,13 @@ func (g *globals) client() (*api.Client, error) {
 	if err := g.validate(); err != nil {
 		return nil, err
 	}
-	c, err := api.NewClient(api.ClientConfig{Address: g.addr, Token: g.token, Timeout: g.timeout})
-	if err != nil {
+	cc := api.ClientConfig{Address: g.addr, Token: g.token, CAFile: g.cacert, CertFile: g.cert, KeyFile: g.key, Timeout: g.timeout}
+	if err := cc.Validate(); err != nil {
 		return nil, &exitError{code: ExitUsage, err: fmt.Errorf("--addr: %w", err)}
+	}
+	c, err := api.NewClient(cc)
+	if err != nil {
+		return nil, &exitError{code: ExitUsage, err: fmt.Errorf("TLS settings (--cacert, --client-cert, --client-key): %w", err)}
 	}
 	return c, nil
 }
@@ -138,6 +145,9 @@ Started by Terraform, the same binary serves the Terraform provider.`,
 	pf.StringVar(&g.addr, "addr", def.Address, "controller API address (env GRID_ADDR)")
 	pf.StringVarP(&g.output, "output", "o", "table", "output format: table or json")
 	pf.StringVar(&g.token, "token", def.Token, "bearer token for the controller API (env GRID_TOKEN)")
+	pf.StringVar(&g.cert, "client-cert", def.CertFile, "client certificate (PEM) for a controller that requires one (api_client_ca) (env GRID_CLIENT_CERT)")
+	pf.StringVar(&g.key, "client-key", def.KeyFile, "key of --client-cert (PEM) (env GRID_CLIENT_KEY)")
+	pf.StringVar(&g.cacert, "cacert", def.CAFile, "CA certificate (PEM) the controller's HTTPS certificate must chain to: its DATA_DIR/ca.pem (env GRID_CACERT)")
 	pf.DurationVar(&g.timeout, "timeout", def.Timeout, "timeout of each API request (for 'job run': the job's timeout)")
 
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
@@ -154,9 +164,9 @@ Started by Terraform, the same binary serves the Terraform provider.`,
 		serverCommand(newControllerCommand(g), "The controller writes its admin token to DATA_DIR/"+controller.AdminTokenFile+
 			" at first start; make more with \"grid token create\"."),
 		serverCommand(newAgentCommand(g), "An agent talks to NATS (--nats), not to the API."),
-		serverCommand(newDevCommand(g), "grid dev prints the GRID_ADDR and GRID_TOKEN to use with it."),
+		serverCommand(newDevCommand(g), "grid dev prints the GRID_ADDR, GRID_TOKEN and GRID_CACERT to use with it."),
 		newBenchCommand(g),
-		serverCommand(newProviderCommand(g), "Terraform configures the provider (address, token) or it reads GRID_ADDR and GRID_TOKEN."),
+		serverCommand(newProviderCommand(g), "Terraform configures the provider (address, token, ca_file) or it reads GRID_ADDR, GRID_TOKEN and GRID_CACERT."),
 	)
 	requireSubcommands(root)
 	return root

@@ -26,16 +26,20 @@ import (
 
 // rawCall does one raw API request with an optional bearer token: the one
 // place this file builds HTTP requests by hand.
-func rawCall(t *testing.T, base, method, path, tok string, body []byte) (int, string) {
+func rawCall(t *testing.T, ctl *controller.Controller, method, path, tok string, body []byte) (int, string) {
 	t.Helper()
-	req, err := http.NewRequest(method, base+path, bytes.NewReader(body))
+	hc, err := ctl.APIHTTPClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequest(method, ctl.APIURL()+path, bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if tok != "" {
 		req.Header.Set("Authorization", "Bearer "+tok)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)
 	}
@@ -90,7 +94,7 @@ func TestEveryRouteNeedsTokenAndRole(t *testing.T) {
 		}
 		path = strings.NewReplacer("{id}", "job-nosuch", "{name}", "nosuch", "{$}", "").Replace(path)
 		t.Run(rt.Pattern, func(t *testing.T) {
-			code, msg := rawCall(t, f.APIURL(), method, path, "", nil)
+			code, msg := rawCall(t, f.Controller, method, path, "", nil)
 			if rt.Role == "" {
 				if code == http.StatusUnauthorized || code == http.StatusForbidden {
 					t.Fatalf("public route without a token: %d %s", code, msg)
@@ -100,19 +104,19 @@ func TestEveryRouteNeedsTokenAndRole(t *testing.T) {
 			if code != http.StatusUnauthorized || !strings.Contains(msg, "missing API token") || !strings.Contains(msg, "GRID_TOKEN") {
 				t.Fatalf("without a token: %d %q, want 401 saying the token is missing and how to send one", code, msg)
 			}
-			code, msg = rawCall(t, f.APIURL(), method, path, "grid_not-a-real-token", nil)
+			code, msg = rawCall(t, f.Controller, method, path, "grid_not-a-real-token", nil)
 			if code != http.StatusUnauthorized || !strings.Contains(msg, "unknown API token") {
 				t.Fatalf("unknown token: %d %q, want 401 unknown", code, msg)
 			}
 			if w := weaker(rt.Role); w != "" {
-				code, msg = rawCall(t, f.APIURL(), method, path, toks[w], nil)
+				code, msg = rawCall(t, f.Controller, method, path, toks[w], nil)
 				if code != http.StatusForbidden || !strings.Contains(msg, "has role "+string(w)) || !strings.Contains(msg, "needs role "+string(rt.Role)) {
 					t.Fatalf("role %s: %d %q, want 403 naming both roles", w, code, msg)
 				}
 			}
 			// The role itself gets past the check (whatever the handler
 			// then makes of the request).
-			code, msg = rawCall(t, f.APIURL(), method, path, toks[rt.Role], []byte("{}"))
+			code, msg = rawCall(t, f.Controller, method, path, toks[rt.Role], []byte("{}"))
 			if code == http.StatusUnauthorized || code == http.StatusForbidden {
 				t.Fatalf("role %s: %d %q", rt.Role, code, msg)
 			}
@@ -191,7 +195,7 @@ func TestReadTokenCannotSubmitOrCancel(t *testing.T) {
 		t.Fatalf("stored job lacks submitted_by: %v", err)
 	}
 	// A submission cannot claim a submitter of its own.
-	code, msg := rawCall(t, f.APIURL(), http.MethodPost, "/job", f.AdminToken(),
+	code, msg := rawCall(t, f.Controller, http.MethodPost, "/job", f.AdminToken(),
 		[]byte(`{"target":{"scope":"all"},"tasks":[{"backend":"ping","action":"echo"}],"submitted_by":"someone-else"}`))
 	if code != http.StatusBadRequest || !strings.Contains(msg, "submitted_by") {
 		t.Fatalf("spoofed submitted_by: %d %q, want 400", code, msg)
@@ -270,24 +274,24 @@ func TestRevokedTokenRefusedOnEveryController(t *testing.T) {
 	tok := makeToken(t, p.clients["c1"], "ci", api.RoleRead)
 	for name, c := range p.ctls {
 		waitFor(t, 5*time.Second, "token known on "+name, func() bool {
-			code, _ := rawCall(t, c.APIURL(), http.MethodGet, "/nodes", tok, nil)
+			code, _ := rawCall(t, c, http.MethodGet, "/nodes", tok, nil)
 			return code == http.StatusOK
 		})
 	}
 	// Each controller's admin token is honoured by the others too.
-	if code, msg := rawCall(t, p.ctls["c3"].APIURL(), http.MethodGet, "/tokens", p.ctls["c1"].AdminToken(), nil); code != http.StatusOK {
+	if code, msg := rawCall(t, p.ctls["c3"], http.MethodGet, "/tokens", p.ctls["c1"].AdminToken(), nil); code != http.StatusOK {
 		t.Fatalf("c1's admin token on c3: %d %s", code, msg)
 	}
 	if _, err := p.clients["c2"].RevokeToken(ctx, "ci"); err != nil {
 		t.Fatal(err)
 	}
 	// Revoking answers once the controller that revoked refuses the token.
-	if code, msg := rawCall(t, p.ctls["c2"].APIURL(), http.MethodGet, "/nodes", tok, nil); code != http.StatusUnauthorized || !strings.Contains(msg, "revoked") {
+	if code, msg := rawCall(t, p.ctls["c2"], http.MethodGet, "/nodes", tok, nil); code != http.StatusUnauthorized || !strings.Contains(msg, "revoked") {
 		t.Fatalf("c2 right after revoking: %d %q", code, msg)
 	}
 	for name, c := range p.ctls {
 		waitFor(t, 5*time.Second, "revoked token refused on "+name, func() bool {
-			code, msg := rawCall(t, c.APIURL(), http.MethodGet, "/nodes", tok, nil)
+			code, msg := rawCall(t, c, http.MethodGet, "/nodes", tok, nil)
 			return code == http.StatusUnauthorized && strings.Contains(msg, `"ci" was revoked`)
 		})
 	}
@@ -307,7 +311,7 @@ func TestRevokedTokenRefusedOnEveryController(t *testing.T) {
 	if _, err := p.clients["c1"].CreateToken(ctx, "ci", api.RoleRead); !api.IsStatus(err, http.StatusConflict) {
 		t.Fatalf("a live name twice: %v, want 409", err)
 	}
-	if code, _ := rawCall(t, p.ctls["c1"].APIURL(), http.MethodGet, "/nodes", tok, nil); code != http.StatusUnauthorized {
+	if code, _ := rawCall(t, p.ctls["c1"], http.MethodGet, "/nodes", tok, nil); code != http.StatusUnauthorized {
 		t.Fatalf("old token after its name was reused: %d", code)
 	}
 	// The admin names stay free for controllers that start later.

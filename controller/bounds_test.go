@@ -71,7 +71,7 @@ func TestSubmitRefusesJobThatCannotFit(t *testing.T) {
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, f.APIURL()+"/job", bytes.NewBufferString(body))
 	req.Header.Set("Authorization", "Bearer "+f.AdminToken())
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := f.HTTPClient().Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

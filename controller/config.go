@@ -37,9 +37,20 @@ type Config struct {
 	NATSCreds  string `yaml:"nats_creds"`
 	NATSCAFile string `yaml:"nats_ca_file"`
 	// Insecure turns the embedded server's TLS and authentication off:
-	// anyone who reaches the NATS port controls the fleet. For labs only;
-	// the controller warns at every start.
+	// anyone who reaches the NATS port controls the fleet. It also serves
+	// the HTTP API as plain HTTP, so tokens cross the network in clear.
+	// For labs only; the controller warns at every start.
 	Insecure bool `yaml:"insecure"`
+	// APITLSCert and APITLSKey are the HTTPS certificate and key of the API
+	// (PEM files), e.g. from the operator's own CA. Unset, the API uses
+	// the data dir's server certificate, issued by the controller's CA
+	// (DATA_DIR/ca.pem is then what clients trust).
+	APITLSCert string `yaml:"api_tls_cert"`
+	APITLSKey  string `yaml:"api_tls_key"`
+	// APIClientCA, when set, is a PEM file of CAs: the API then requires a
+	// client certificate signed by one of them on every connection (mTLS),
+	// in addition to the bearer token.
+	APIClientCA string `yaml:"api_client_ca"`
 	// AutoAdmit admits an agent that enrolls with a valid join token at
 	// once; false keeps it pending until "grid node approve". Nil means
 	// true.
@@ -185,6 +196,12 @@ func (c Config) Validate() error {
 	}
 	if len(c.NATSURLs) == 0 && (c.NATSCreds != "" || c.NATSCAFile != "") {
 		errs = append(errs, errors.New("nats_creds and nats_ca_file are for nats_urls; the embedded server uses the files in data_dir"))
+	}
+	if (c.APITLSCert == "") != (c.APITLSKey == "") {
+		errs = append(errs, errors.New("api_tls_cert and api_tls_key: set both (the certificate and its key) or neither"))
+	}
+	if c.Insecure && (c.APITLSCert != "" || c.APIClientCA != "") {
+		errs = append(errs, errors.New("api_tls_cert, api_tls_key and api_client_ca need HTTPS; insecure: true serves the API as plain HTTP, so drop one or the other"))
 	}
 	if c.ClusterName != "" && len(c.NATSURLs) > 0 {
 		errs = append(errs, errors.New("cluster_name joins the embedded server to a cluster; with nats_urls nothing is embedded, so set one or the other"))

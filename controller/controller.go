@@ -4,6 +4,7 @@ package controller
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -60,6 +61,8 @@ type Controller struct {
 
 	httpSrv  *http.Server
 	debugSrv *http.Server
+	// apiHTTP is APIHTTPClient's client, made on first use.
+	apiHTTP  apiHTTPClient
 	apiURL   string
 	natsURL  string
 	debugURL string
@@ -163,7 +166,7 @@ func (c *Controller) Start(ctx context.Context) error {
 	urls := c.cfg.NATSURLs
 	switch {
 	case c.cfg.Insecure:
-		c.log.Warn("INSECURE: NATS runs without TLS or authentication; anyone who reaches it controls every node. Use this in a lab only.")
+		c.log.Warn("INSECURE: NATS runs without TLS or authentication and the HTTP API serves plain HTTP (tokens in clear); anyone who reaches NATS controls every node. Use this in a lab only.")
 	case len(urls) == 0:
 		if c.sec, err = newSecurity(c.cfg, c.log); err != nil {
 			return err
@@ -300,12 +303,21 @@ func (c *Controller) Start(ctx context.Context) error {
 		stopRuns()
 		return fail(fmt.Errorf("subscribe cancellations: %w", err))
 	}
+	apiTLS, err := c.apiTLSConfig()
+	if err != nil {
+		stopRuns()
+		return fail(err)
+	}
 	ln, err := net.Listen("tcp", c.cfg.APIAddr)
 	if err != nil {
 		stopRuns()
 		return fail(fmt.Errorf("API listen on %s: %w", c.cfg.APIAddr, err))
 	}
 	c.apiURL = "http://" + ln.Addr().String()
+	if apiTLS != nil {
+		ln = tls.NewListener(ln, apiTLS)
+		c.apiURL = "https://" + ln.Addr().String()
+	}
 	if c.cfg.DebugAddr != "" {
 		if c.debugSrv, err = c.startDebug(); err != nil {
 			_ = ln.Close()
@@ -313,7 +325,11 @@ func (c *Controller) Start(ctx context.Context) error {
 			return fail(err)
 		}
 	}
-	c.httpSrv = &http.Server{Handler: c.traceHTTP(c.routes()), ReadHeaderTimeout: 10 * time.Second}
+	c.httpSrv = &http.Server{Handler: c.traceHTTP(c.routes()), ReadHeaderTimeout: 10 * time.Second,
+		// Failed handshakes (a client without the CA, plain HTTP on the
+		// HTTPS port) go to the controller's log at debug level, not to
+		// stderr.
+		ErrorLog: slog.NewLogLogger(c.log.Handler(), slog.LevelDebug)}
 	c.loops.Go(func() {
 		if err := c.httpSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			c.log.Error("API server", "err", err)

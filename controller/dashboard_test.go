@@ -32,7 +32,7 @@ func dashboardGet(t *testing.T, ctx context.Context, f *fleet.Fleet, path string
 		t.Fatal(err)
 	}
 	req.Header.Set("Authorization", "Bearer "+f.AdminToken())
-	res, err := http.DefaultClient.Do(req)
+	res, err := f.HTTPClient().Do(req)
 	if err != nil {
 		t.Fatalf("GET %s: %v", path, err)
 	}

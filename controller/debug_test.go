@@ -16,6 +16,7 @@ import (
 // API's.
 func TestDebugServer(t *testing.T) {
 	var tok string // the API's admin token; the debug server takes none
+	hc := http.DefaultClient
 	get := func(url string) (int, string) {
 		t.Helper()
 		req, err := http.NewRequest(http.MethodGet, url, nil)
@@ -25,7 +26,7 @@ func TestDebugServer(t *testing.T) {
 		if tok != "" {
 			req.Header.Set("Authorization", "Bearer "+tok)
 		}
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := hc.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -34,7 +35,7 @@ func TestDebugServer(t *testing.T) {
 		return resp.StatusCode, string(b)
 	}
 	ctl, _, stop := startController(t, t.TempDir(), freeAddr(t))
-	tok = ctl.AdminToken()
+	tok, hc = ctl.AdminToken(), httpFor(t, ctl)
 	if ctl.DebugURL() != "" {
 		t.Errorf("debug server on by default at %s", ctl.DebugURL())
 	}
@@ -43,7 +44,7 @@ func TestDebugServer(t *testing.T) {
 	}
 	stop()
 	<-ctl.Done()
-	tok = ""
+	tok, hc = "", http.DefaultClient
 
 	cfg := controller.DefaultConfig()
 	cfg.DataDir, cfg.NATSAddr, cfg.APIAddr, cfg.DebugAddr = t.TempDir(), freeAddr(t), "127.0.0.1:0", "127.0.0.1:0"

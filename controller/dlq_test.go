@@ -99,20 +99,20 @@ func TestPoisonRequestGoesToDeadLetters(t *testing.T) {
 	if dls, err := c.DeadLetters(ctx); err != nil || len(dls) != 0 {
 		t.Fatalf("dead letters after replay and drop: %+v %v", dls, err)
 	}
-	if body := dlqGet(t, f.APIURL()+"/metrics", f.AdminToken()); !strings.Contains(body, "grid_requests_dead_lettered_total 2") {
+	if body := dlqGet(t, f.HTTPClient(), f.APIURL()+"/metrics", f.AdminToken()); !strings.Contains(body, "grid_requests_dead_lettered_total 2") {
 		t.Fatalf("metrics lack grid_requests_dead_lettered_total 2")
 	}
 }
 
 // dlqGet is this file's one raw HTTP request to the controller.
-func dlqGet(t *testing.T, url, token string) string {
+func dlqGet(t *testing.T, hc *http.Client, url, token string) string {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodGet, url, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -543,5 +543,5 @@ func postJob(f *fleet.Fleet, body string) (*http.Response, error) {
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+f.AdminToken())
-	return http.DefaultClient.Do(req)
+	return f.HTTPClient().Do(req)
 }

@@ -26,7 +26,7 @@ func apiGet(f *fleet.Fleet, path string) (*http.Response, error) {
 		return nil, err
 	}
 	req.Header.Set("Authorization", "Bearer "+f.AdminToken())
-	return http.DefaultClient.Do(req)
+	return f.HTTPClient().Do(req)
 }
 
 // longPoll does GET /job/{id}?wait=… and returns the raw body.

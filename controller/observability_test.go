@@ -29,7 +29,7 @@ import (
 // scrape fetches url's /metrics (sending tok when set: a controller's API
 // wants one, an agent's metrics listener does not), fails the test on any
 // promlint problem and returns the exposition.
-func scrape(t *testing.T, base, tok string) string {
+func scrape(t *testing.T, hc *http.Client, base, tok string) string {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodGet, base+"/metrics", nil)
 	if err != nil {
@@ -38,7 +38,10 @@ func scrape(t *testing.T, base, tok string) string {
 	if tok != "" {
 		req.Header.Set("Authorization", "Bearer "+tok)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
 	if err != nil {
 		t.Fatalf("scrape %s: %v", base, err)
 	}
@@ -116,7 +119,7 @@ func TestMetricsAfterJobs(t *testing.T) {
 		t.Fatalf("job %s: %s", bad.ID, bad.Status)
 	}
 
-	text := scrape(t, f.APIURL(), f.AdminToken())
+	text := scrape(t, f.HTTPClient(), f.APIURL(), f.AdminToken())
 	for _, name := range []string{"grid_jobs_submitted_total", "grid_jobs_running", "grid_jobs_pending", "grid_nodes",
 		"grid_nats_connections", "grid_jetstream_stream_messages", "grid_jetstream_consumer_pending_messages",
 		"go_goroutines", "process_cpu_seconds_total"} {
@@ -176,7 +179,7 @@ func TestMetricsAfterJobs(t *testing.T) {
 		if base == "" {
 			t.Fatalf("%s has no metrics URL", name)
 		}
-		scrape(t, base, "")
+		scrape(t, nil, base, "")
 		ag := a.Registry()
 		if got := value(t, ag, "grid_agent_tasks_total", map[string]string{"backend": "ping", "action": "echo", "status": "success"}); got != 2 {
 			t.Errorf("%s echo successes = %v, want 2", name, got)
@@ -207,9 +210,9 @@ func TestMetricsAfterJobs(t *testing.T) {
 	}
 }
 
-func getStatus(t *testing.T, url string) int {
+func getStatus(t *testing.T, hc *http.Client, url string) int {
 	t.Helper()
-	resp, err := http.Get(url)
+	resp, err := hc.Get(url)
 	if err != nil {
 		t.Fatalf("GET %s: %v", url, err)
 	}
@@ -219,14 +222,14 @@ func getStatus(t *testing.T, url string) int {
 
 func TestReadyzFollowsNATS(t *testing.T) {
 	f := fleettest.Start(t, fleet.Options{Agents: 0})
-	if code := getStatus(t, f.APIURL()+"/readyz"); code != http.StatusOK {
+	if code := getStatus(t, f.HTTPClient(), f.APIURL()+"/readyz"); code != http.StatusOK {
 		t.Fatalf("readyz after start: %d, want 200", code)
 	}
 	f.Controller.NATSServer().Shutdown()
 	waitFor(t, 5*time.Second, "readyz to report not ready", func() bool {
-		return getStatus(t, f.APIURL()+"/readyz") == http.StatusServiceUnavailable
+		return getStatus(t, f.HTTPClient(), f.APIURL()+"/readyz") == http.StatusServiceUnavailable
 	})
-	if code := getStatus(t, f.APIURL()+"/healthz"); code != http.StatusOK {
+	if code := getStatus(t, f.HTTPClient(), f.APIURL()+"/healthz"); code != http.StatusOK {
 		t.Fatalf("healthz without NATS: %d, want 200 (the process is alive)", code)
 	}
 	if v := value(t, f.Controller.Registry(), "grid_nats_up", nil); v != 0 {

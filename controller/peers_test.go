@@ -51,7 +51,7 @@ func startPeers(ctx context.Context, t *testing.T, ctlNames, agentNames []string
 		}
 		t.Cleanup(func() { stop(); <-c.Done() })
 		p.ctls[name] = c
-		p.clients[name], _ = api.NewClient(api.ClientConfig{Address: c.APIURL(), Token: c.AdminToken()})
+		p.clients[name], _ = api.NewClient(c.APIClientConfig(c.AdminToken()))
 	}
 	for _, name := range agentNames {
 		acfg := agent.DefaultConfig()

@@ -194,7 +194,7 @@ func TestClusterReplicasDefaultRaisesAndWarns(t *testing.T) {
 		t.Error("no log of the raised replicas")
 	}
 
-	cl, err := api.NewClient(api.ClientConfig{Address: first.ctl.APIURL(), Token: first.ctl.AdminToken()})
+	cl, err := api.NewClient(first.ctl.APIClientConfig(first.ctl.AdminToken()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +229,7 @@ func TestClusterReplicasDefaultRaisesAndWarns(t *testing.T) {
 			t.Errorf("grid_jetstream_stream_leaderless{stream=%q} = %v, want 0", s, m)
 		}
 	}
-	scrape(t, first.ctl.APIURL(), first.ctl.AdminToken())
+	scrape(t, httpFor(t, first.ctl), first.ctl.APIURL(), first.ctl.AdminToken())
 
 	// A chosen count never lowers: c2 back with a route to c1 only (c3
 	// routes to it) chooses 2 and leaves the streams at 3.
@@ -265,7 +265,7 @@ func TestClusterReplicasDefaultRaisesAndWarns(t *testing.T) {
 	if m := metric(t, reg, "grid_jetstream_stream_current_replicas", map[string]string{"stream": bus.KVStream(api.BucketJobs)}); m == nil || m.GetGauge().GetValue() != 2 {
 		t.Errorf("grid_jetstream_stream_current_replicas{stream=KV_jobs} = %v with one server down, want 2", m)
 	}
-	if code := getStatus(t, first.ctl.APIURL()+"/readyz"); code != 200 {
+	if code := getStatus(t, httpFor(t, first.ctl), first.ctl.APIURL()+"/readyz"); code != 200 {
 		t.Errorf("readyz with one of three servers down: %d, want 200", code)
 	}
 }

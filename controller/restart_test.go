@@ -39,7 +39,7 @@ func startController(t *testing.T, dataDir, natsAddr string) (*controller.Contro
 		cancel()
 		t.Fatal(err)
 	}
-	cl, err := api.NewClient(api.ClientConfig{Address: c.APIURL(), Token: c.AdminToken()})
+	cl, err := api.NewClient(c.APIClientConfig(c.AdminToken()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -385,7 +385,7 @@ func getRaw(t *testing.T, f *fleet.Fleet, path string) string {
 		t.Fatal(err)
 	}
 	req.Header.Set("Authorization", "Bearer "+f.AdminToken())
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := f.HTTPClient().Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

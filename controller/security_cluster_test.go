@@ -107,7 +107,7 @@ func TestClusterAgentEnrolledThroughOneConnectsToAnother(t *testing.T) {
 		t.Fatalf("connect to ctl-3 with the key enrolled through ctl-1: %v", err)
 	}
 	defer func() { stop(); <-a.Done() }()
-	cl, _ := api.NewClient(api.ClientConfig{Address: ctls[1].APIURL(), Token: ctls[1].AdminToken()})
+	cl, _ := api.NewClient(ctls[1].APIClientConfig(ctls[1].AdminToken()))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	waitFor(t, 20*time.Second, "roamer online on ctl-2", func() bool {

@@ -29,11 +29,11 @@ func (s *syncBuffer) text() string {
 
 // sensitiveGet is this file's one raw HTTP helper (an Authorization
 // header goes here when the API needs one).
-func sensitiveGet(t *testing.T, url, token string) string {
+func sensitiveGet(t *testing.T, f *fleet.Fleet, url, token string) string {
 	t.Helper()
 	req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, url, nil)
 	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := f.HTTPClient().Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func TestSensitiveParamNeverInClear(t *testing.T) {
 		t.Errorf("API shows the param as %q, want %q", got, api.SensitiveValue)
 	}
 	for _, path := range []string{"/job/" + j.ID, "/job/" + j.ID + "?wait=1s", "/jobs"} {
-		body := sensitiveGet(t, f.APIURL()+path, f.AdminToken())
+		body := sensitiveGet(t, f, f.APIURL()+path, f.AdminToken())
 		if strings.Contains(body, secret) || !strings.Contains(body, api.SensitiveValue) {
 			t.Errorf("GET %s: %s", path, body)
 		}

@@ -16,6 +16,13 @@ import (
 // names the act. An unreachable controller gets a detail saying where the
 // provider looked and how to point it elsewhere.
 func addClientError(diags *diag.Diagnostics, summary string, err error) {
+	var te *api.TLSError
+	if errors.As(err, &te) {
+		diags.AddError(summary, fmt.Sprintf("Cannot verify the GRID controller's HTTPS certificate at %s: %v.\n\n"+
+			"Set the provider's ca_file (or GRID_CACERT) to the controller's DATA_DIR/ca.pem, or ca_pem to its "+
+			"contents (or the CA of the certificate it serves with api_tls_cert).", te.Address, te.Err))
+		return
+	}
 	var ue *api.UnreachableError
 	if errors.As(err, &ue) {
 		diags.AddError(summary, fmt.Sprintf("Cannot reach the GRID controller at %s: %v.\n\n"+

@@ -85,6 +85,8 @@ func TestAccJobResource_targetedValidation(t *testing.T) {
 		}
 	}})
 	t.Setenv("GRID_TOKEN", f.AdminToken())
+	// jobConfig names no CA: the provider falls back to GRID_CACERT.
+	t.Setenv("GRID_CACERT", f.CAFile())
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
 		Steps: []resource.TestStep{
@@ -114,6 +116,8 @@ func TestAccJobResource_converge(t *testing.T) {
 	testAccPreCheck(t)
 	f := fleettest.Start(t, fleet.Options{Agents: 2, Groups: func(int) []string { return []string{"web.dev"} }})
 	t.Setenv("GRID_TOKEN", f.AdminToken())
+	// jobConfig names no CA: the provider falls back to GRID_CACERT.
+	t.Setenv("GRID_CACERT", f.CAFile())
 	const res = "grid_job.test"
 	cfg := jobConfig(f.APIURL(), `
   target   = { scope = "group", value = "web" }

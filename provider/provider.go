@@ -28,9 +28,14 @@ type gridProvider struct {
 
 // gridProviderModel maps the provider block.
 type gridProviderModel struct {
-	Address types.String `tfsdk:"address"`
-	Token   types.String `tfsdk:"token"`
-	Timeout types.String `tfsdk:"timeout"`
+	Address            types.String `tfsdk:"address"`
+	Token              types.String `tfsdk:"token"`
+	CAFile             types.String `tfsdk:"ca_file"`
+	CAPEM              types.String `tfsdk:"ca_pem"`
+	InsecureSkipVerify types.Bool   `tfsdk:"insecure_skip_verify"`
+	ClientCertFile     types.String `tfsdk:"client_cert_file"`
+	ClientKeyFile      types.String `tfsdk:"client_key_file"`
+	Timeout            types.String `tfsdk:"timeout"`
 }
 
 // providerData is what Configure hands to resources and data sources.
@@ -58,7 +63,33 @@ func (p *gridProvider) Schema(_ context.Context, _ provider.SchemaRequest, resp 
 		Attributes: map[string]schema.Attribute{
 			"address": schema.StringAttribute{
 				MarkdownDescription: "Base URL of the GRID controller's HTTP API. Defaults to the `GRID_ADDR` " +
-					"environment variable, then `" + api.DefaultAddress + "`. A bare `host:port` means `http://host:port`.",
+					"environment variable, then `" + api.DefaultAddress + "`. A bare `host:port` means `https://host:port`. " +
+					"The controller serves HTTPS unless started with `insecure: true` (then use `http://`).",
+				Optional: true,
+			},
+			"ca_file": schema.StringAttribute{
+				MarkdownDescription: "Path of a PEM file of CA certificates the controller's HTTPS certificate must chain to: " +
+					"the controller's `DATA_DIR/ca.pem`, unless it serves a certificate of your own CA (`api_tls_cert`). " +
+					"Defaults to the `GRID_CACERT` environment variable; with neither `ca_file` nor `ca_pem`, the system's roots.",
+				Optional: true,
+			},
+			"ca_pem": schema.StringAttribute{
+				MarkdownDescription: "PEM text of CA certificates to trust, as `ca_file` but inline (e.g. from a data source); " +
+					"trusted in addition to `ca_file`.",
+				Optional: true,
+			},
+			"client_cert_file": schema.StringAttribute{
+				MarkdownDescription: "Path of a client certificate (PEM) for a controller that requires one (`api_client_ca`). " +
+					"Defaults to the `GRID_CLIENT_CERT` environment variable.",
+				Optional: true,
+			},
+			"client_key_file": schema.StringAttribute{
+				MarkdownDescription: "Path of the key of `client_cert_file` (PEM). Defaults to the `GRID_CLIENT_KEY` environment variable.",
+				Optional:            true,
+			},
+			"insecure_skip_verify": schema.BoolAttribute{
+				MarkdownDescription: "Accept any certificate from the controller. For labs only: anyone on the path can then " +
+					"impersonate the controller and read the token. Defaults to `false`.",
 				Optional: true,
 			},
 			"token": schema.StringAttribute{
@@ -86,7 +117,12 @@ func (p *gridProvider) Configure(ctx context.Context, req provider.ConfigureRequ
 		return
 	}
 
-	for name, v := range map[string]types.String{"address": cfg.Address, "token": cfg.Token, "timeout": cfg.Timeout} {
+	if cfg.InsecureSkipVerify.IsUnknown() {
+		resp.Diagnostics.AddAttributeError(path.Root("insecure_skip_verify"), "Unknown GRID Provider Setting",
+			"The provider's \"insecure_skip_verify\" is not known until apply. Set it to a value known at plan time.")
+	}
+	for name, v := range map[string]types.String{"address": cfg.Address, "token": cfg.Token, "timeout": cfg.Timeout,
+		"ca_file": cfg.CAFile, "ca_pem": cfg.CAPEM, "client_cert_file": cfg.ClientCertFile, "client_key_file": cfg.ClientKeyFile} {
 		if v.IsUnknown() {
 			resp.Diagnostics.AddAttributeError(path.Root(name), "Unknown GRID Provider Setting",
 				fmt.Sprintf("The provider's %q is not known until apply. Set it to a value known at plan time "+
@@ -105,6 +141,17 @@ func (p *gridProvider) Configure(ctx context.Context, req provider.ConfigureRequ
 	if v := cfg.Token.ValueString(); v != "" {
 		cc.Token = v
 	}
+	if v := cfg.CAFile.ValueString(); v != "" {
+		cc.CAFile = v
+	}
+	cc.CAPEM = cfg.CAPEM.ValueString()
+	if v := cfg.ClientCertFile.ValueString(); v != "" {
+		cc.CertFile = v
+	}
+	if v := cfg.ClientKeyFile.ValueString(); v != "" {
+		cc.KeyFile = v
+	}
+	cc.InsecureSkipVerify = cfg.InsecureSkipVerify.ValueBool()
 	if v := cfg.Timeout.ValueString(); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 {
@@ -114,10 +161,16 @@ func (p *gridProvider) Configure(ctx context.Context, req provider.ConfigureRequ
 		}
 		cc.Timeout = d
 	}
-	client, err := api.NewClient(cc)
-	if err != nil {
+	if err := cc.Validate(); err != nil {
 		resp.Diagnostics.AddAttributeError(path.Root("address"), "Invalid Controller Address",
 			err.Error()+". Set the provider's address or GRID_ADDR to the controller's URL.")
+		return
+	}
+	client, err := api.NewClient(cc)
+	if err != nil {
+		resp.Diagnostics.AddError("Invalid Controller TLS Settings",
+			err.Error()+". Set ca_file (or GRID_CACERT) to the controller's DATA_DIR/ca.pem, or ca_pem to its contents; "+
+				"client_cert_file and client_key_file (or GRID_CLIENT_CERT and GRID_CLIENT_KEY) go together.")
 		return
 	}
 	data := &providerData{client: client}

@@ -34,6 +34,8 @@ func testAccFleet(t *testing.T, agents int) *fleet.Fleet {
 	testAccPreCheck(t)
 	f := fleettest.Start(t, fleet.Options{Agents: agents})
 	t.Setenv("GRID_TOKEN", f.AdminToken())
+	// jobConfig names no CA: the provider falls back to GRID_CACERT.
+	t.Setenv("GRID_CACERT", f.CAFile())
 	return f
 }
 
@@ -47,6 +49,7 @@ func testAccPreCheck(t *testing.T) {
 	t.Setenv("TF_CLI_CONFIG_FILE", "")
 	t.Setenv("GRID_ADDR", "")
 	t.Setenv("GRID_TOKEN", "")
+	t.Setenv("GRID_CACERT", "")
 }
 
 // providerConfig is the provider block for a fleet, with its admin token.
@@ -55,10 +58,12 @@ func providerConfig(f *fleet.Fleet) string {
 }
 
 func providerConfigToken(f *fleet.Fleet, tok string) string {
-	return fmt.Sprintf("provider \"grid\" {\n  address = %q\n  token   = %q\n}\n", f.APIURL(), tok)
+	return fmt.Sprintf("provider \"grid\" {\n  address = %q\n  token   = %q\n  ca_file = %q\n}\n", f.APIURL(), tok, f.CAFile())
 }
 
-// The provider sends its token: without one the controller refuses with a
+// The provider trusts the controller's CA (ca_file, ca_pem; without either
+// it refuses the certificate and says to set ca_file) and sends its
+// token: without one the controller refuses with a
 // diagnostic saying so, a read token can read but not run a job, and an
 // operator token can run one.
 func TestAccProviderToken(t *testing.T) {
@@ -70,6 +75,10 @@ func TestAccProviderToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	opTok, err := f.Client().CreateToken(ctx, "tf-apply", api.RoleOperator)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caPEM, err := os.ReadFile(f.CAFile())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,8 +95,18 @@ resource "grid_job" "echo" {
 		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
 		Steps: []resource.TestStep{
 			{
-				Config:      fmt.Sprintf("provider \"grid\" {\n  address = %q\n}\n", f.APIURL()) + nodes,
+				// No CA: the controller's HTTPS certificate is not
+				// trusted, and the diagnostic says which file to trust.
+				Config:      fmt.Sprintf("provider \"grid\" {\n  address = %q\n  token   = %q\n}\n", f.APIURL(), opTok.Token) + nodes,
+				ExpectError: regexp.MustCompile(`(?s)Cannot verify the GRID controller's HTTPS certificate.*ca_file\s+\(or\s+GRID_CACERT\).*DATA_DIR/ca\.pem`),
+			},
+			{
+				Config:      fmt.Sprintf("provider \"grid\" {\n  address = %q\n  ca_file = %q\n}\n", f.APIURL(), f.CAFile()) + nodes,
 				ExpectError: regexp.MustCompile(`(?s)401:\s+missing\s+API\s+token.*GRID_TOKEN`),
+			},
+			{
+				// The CA inline works as the file does.
+				Config: fmt.Sprintf("provider \"grid\" {\n  address = %q\n  token   = %q\n  ca_pem  = %q\n}\n", f.APIURL(), readTok.Token, caPEM) + nodes,
 			},
 			{
 				Config:      providerConfigToken(f, "grid_not-a-token") + nodes,

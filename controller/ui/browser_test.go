@@ -149,7 +149,9 @@ func snap(t *testing.T, tab context.Context, name string) {
 	}
 }
 
-// gate sits between the browser and the controller and records the
+// gate sits between the browser and the controller (plain HTTP on
+// loopback in front of the HTTPS API, trusting the controller's CA) and
+// records the
 // Authorization header of every API request, so a test can check that the
 // page sends its token; every request reaches the real controller, whose
 // own token check answers.
@@ -191,6 +193,10 @@ func startGate(t *testing.T, f *fleet.Fleet) *gate {
 	}
 	proxy := httputil.NewSingleHostReverseProxy(u)
 	proxy.FlushInterval = -1 // the job's event stream goes out as it comes
+	// The browser speaks plain HTTP to the gate on loopback; the gate
+	// speaks HTTPS to the controller and verifies it against the
+	// controller's CA, as a reverse proxy in front of GRID would.
+	proxy.Transport = f.HTTPClient().Transport
 	g := &gate{}
 	g.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// The browser asks for /favicon.ico on its own, without the page.

@@ -7,8 +7,10 @@ terraform {
 }
 
 # Every setting is optional: address falls back to GRID_ADDR, then
-# http://127.0.0.1:8765 (where `grid dev` listens); token to GRID_TOKEN.
+# https://127.0.0.1:8765 (where `grid dev` listens); token to GRID_TOKEN;
+# ca_file to GRID_CACERT (the controller's DATA_DIR/ca.pem).
 provider "grid" {
-  address = "http://127.0.0.1:8765"
+  address = "https://127.0.0.1:8765"
+  ca_file = "/var/lib/grid/ca.pem"
   timeout = "30s"
 }

@@ -8,11 +8,9 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 bin="$root/bin/grid"
 port=${DEMO_PORT:-18765}
-addr="http://127.0.0.1:$port"
 
 [[ -x $bin ]] || { echo "demo: $bin is missing; run make build" >&2; exit 1; }
 command -v terraform >/dev/null || { echo "demo: terraform is not on PATH" >&2; exit 1; }
-command -v curl >/dev/null || { echo "demo: curl is not on PATH" >&2; exit 1; }
 
 work=$(mktemp -d)
 dev_pid=""
@@ -53,23 +51,24 @@ provider_installation {
 TFRC
 cp "$root"/examples/quickstart/*.tf "$work/"
 
-if curl -fsS -o /dev/null "$addr/readyz" 2>/dev/null; then
-	echo "demo: something already answers on $addr; stop it or set DEMO_PORT" >&2
+# Anything listening on the port (bash's /dev/tcp opens a connection).
+if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+	echo "demo: something already listens on 127.0.0.1:$port; stop it or set DEMO_PORT" >&2
 	exit 1
 fi
 echo "==> grid dev --agents 3 --api-addr 127.0.0.1:$port"
 "$bin" dev --agents 3 --api-addr "127.0.0.1:$port" >"$work/dev.log" 2>&1 &
 dev_pid=$!
 
-# grid dev prints the line to paste (GRID_ADDR and the admin GRID_TOKEN)
-# once its agents are online.
+# grid dev prints the line to paste (GRID_ADDR, the admin GRID_TOKEN and
+# GRID_CACERT, the CA of its HTTPS API) once its agents are online.
 export_line=""
 for _ in $(seq 1 100); do
 	if ! kill -0 "$dev_pid" 2>/dev/null; then
 		echo "demo: grid dev exited" >&2
 		exit 1
 	fi
-	export_line=$(grep -m1 -E '^ *export GRID_ADDR=[^ ]+ GRID_TOKEN=[A-Za-z0-9_-]+$' "$work/dev.log" || true)
+	export_line=$(grep -m1 -E '^ *export GRID_ADDR=https://[^ ]+ GRID_TOKEN=[A-Za-z0-9_-]+ GRID_CACERT=[^ ]+$' "$work/dev.log" || true)
 	[[ -n $export_line ]] && break
 	sleep 0.2
 done

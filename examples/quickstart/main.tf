@@ -10,8 +10,8 @@ terraform {
   }
 }
 
-# Talks to http://127.0.0.1:8765 (where `grid dev` listens) unless GRID_ADDR
-# says otherwise.
+# Talks to https://127.0.0.1:8765 (where `grid dev` listens) unless GRID_ADDR
+# says otherwise, trusting the CA in GRID_CACERT.
 provider "grid" {}
 
 # The nodes in group web (web.prod counts: groups are hierarchical).

@@ -46,6 +46,9 @@ type Options struct {
 	// join-token; the bench's own connections use its controller
 	// certificate. Empty for an insecure controller.
 	ControllerDataDir string
+	// CAFile is the CA the external controller's HTTPS certificate chains
+	// to; empty means ControllerDataDir's ca.pem (when set).
+	CAFile string
 	// Insecure runs the embedded controller without TLS and authentication
 	// on NATS, to measure what they cost.
 	Insecure bool
@@ -69,6 +72,7 @@ type Env struct {
 	fleet    *fleet.Fleet
 	stopCtl  context.CancelFunc
 	client   *api.Client
+	hc       *http.Client
 	natsURL  string
 	apiURL   string
 	nc       *nats.Conn
@@ -126,8 +130,18 @@ func Setup(ctx context.Context, opts Options) (*Env, error) {
 	// submissions do not open and close a connection each.
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConns, tr.MaxIdleConnsPerHost = 1024, 1024
-	e.client, err = api.NewClient(api.ClientConfig{Address: e.apiURL, Token: opts.Token, Timeout: 60 * time.Second,
-		HTTPClient: &http.Client{Transport: tr}})
+	cc := api.ClientConfig{Address: e.apiURL, Token: opts.Token, Timeout: 60 * time.Second, CAFile: e.caFile()}
+	// The metrics scrapes trust the same CA.
+	if tc, terr := cc.TLSConfig(); terr != nil {
+		err = terr
+	} else {
+		tr.TLSClientConfig = tc
+	}
+	e.hc = &http.Client{Transport: tr}
+	if err == nil {
+		cc.HTTPClient = e.hc
+		e.client, err = api.NewClient(cc)
+	}
 	if err == nil {
 		_, err = e.client.Status(ctx)
 	}
@@ -152,6 +166,20 @@ func Setup(ctx context.Context, opts Options) (*Env, error) {
 	}
 	e.agentsCtx, e.cancelAgents = context.WithCancel(context.Background())
 	return e, nil
+}
+
+// caFile is the CA the controller's HTTPS certificate chains to ("" for
+// the system's roots, or a plain-HTTP insecure controller).
+func (e *Env) caFile() string {
+	switch {
+	case e.fleet != nil:
+		return e.fleet.Controller.CAFile()
+	case e.opts.CAFile != "":
+		return e.opts.CAFile
+	case e.opts.ControllerDataDir != "":
+		return filepath.Join(e.opts.ControllerDataDir, pki.CAFile)
+	}
+	return ""
 }
 
 // natsOpts connect the bench's own connections as the embedded controller
@@ -373,7 +401,7 @@ func (e *Env) Memory(ctx context.Context, r *RegisterReport) {
 		r.ProcessRSSMiB = mib(rss)
 	}
 	if !r.Embedded {
-		vals, err := scrapeMetrics(ctx, e.apiURL+"/metrics", e.opts.Token,
+		vals, err := scrapeMetrics(ctx, e.hc, e.apiURL+"/metrics", e.opts.Token,
 			"process_resident_memory_bytes", "go_memstats_heap_inuse_bytes", "go_memstats_stack_inuse_bytes")
 		if err == nil {
 			r.ControllerRSSMiB = mib(uint64(vals["process_resident_memory_bytes"]))
@@ -392,7 +420,7 @@ func (e *Env) ControllerCPU(ctx context.Context) (float64, error) {
 	if e.Embedded() {
 		return 0, errors.New("embedded controller: its CPU is this process's")
 	}
-	vals, err := scrapeMetrics(ctx, e.apiURL+"/metrics", e.opts.Token, "process_cpu_seconds_total")
+	vals, err := scrapeMetrics(ctx, e.hc, e.apiURL+"/metrics", e.opts.Token, "process_cpu_seconds_total")
 	if err != nil {
 		return 0, err
 	}
@@ -419,7 +447,7 @@ func ProcessRSS(pid string) (uint64, error) {
 	return 0, errors.New("no VmRSS in /proc/" + pid + "/status")
 }
 
-func scrapeMetrics(ctx context.Context, url, token string, names ...string) (map[string]float64, error) {
+func scrapeMetrics(ctx context.Context, hc *http.Client, url, token string, names ...string) (map[string]float64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
@@ -427,7 +455,7 @@ func scrapeMetrics(ctx context.Context, url, token string, names ...string) (map
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return nil, err
 	}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
@@ -143,7 +144,7 @@ func Start(ctx context.Context, opts Options) (*Fleet, error) {
 		stopCtl()
 	}()
 	f.Controller = ctl
-	f.client, err = api.NewClient(api.ClientConfig{Address: ctl.APIURL(), Token: ctl.AdminToken(), Timeout: 30 * time.Second})
+	f.client, err = api.NewClient(f.ClientConfig(ctl.AdminToken()))
 	if err != nil {
 		stopCtl()
 		return nil, err
@@ -168,8 +169,26 @@ func Start(ctx context.Context, opts Options) (*Fleet, error) {
 	return f, nil
 }
 
-// CAFile is the controller's CA certificate, which agents trust.
+// CAFile is the controller's CA certificate, which agents trust for the
+// bus and clients for the HTTPS API (one CA for both).
 func (f *Fleet) CAFile() string { return filepath.Join(f.ctlDataDir, pki.CAFile) }
+
+// ClientConfig is an API client config for the controller that sends tok
+// and trusts the controller's CA (nothing to trust when the API is plain
+// HTTP, insecure).
+func (f *Fleet) ClientConfig(tok string) api.ClientConfig { return f.Controller.APIClientConfig(tok) }
+
+// HTTPClient is an *http.Client that trusts the controller's CA, for
+// tests that call the API without api.Client. It sends no token.
+func (f *Fleet) HTTPClient() *http.Client {
+	hc, err := f.Controller.APIHTTPClient()
+	if err != nil {
+		// The CA file was readable a moment ago, at start; a client that
+		// trusts nothing extra fails closed.
+		return &http.Client{Timeout: 30 * time.Second}
+	}
+	return hc
+}
 
 // JoinTokenFile holds the controller's agent join token.
 func (f *Fleet) JoinTokenFile() string { return filepath.Join(f.ctlDataDir, pki.JoinTokenFile) }
@@ -193,7 +212,7 @@ func (f *Fleet) AdminToken() string { return f.Controller.AdminToken() }
 
 // ClientWithToken is an API client for the controller that sends tok.
 func (f *Fleet) ClientWithToken(tok string) *api.Client {
-	c, _ := api.NewClient(api.ClientConfig{Address: f.APIURL(), Token: tok, Timeout: 30 * time.Second})
+	c, _ := api.NewClient(f.ClientConfig(tok))
 	return c
 }
 

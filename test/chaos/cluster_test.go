@@ -34,7 +34,7 @@ func TestClusterSurvivesControllerKill(t *testing.T) {
 		ctls[i] = startController(t, dir, s)
 	}
 	for _, s := range specs {
-		waitReady(t, s.apiURL(), 90*time.Second)
+		waitReady(t, s, 90*time.Second)
 	}
 	t.Logf("cluster of 3 ready in %s", time.Since(startAt).Round(time.Millisecond))
 	urls := make([]string, len(specs))

@@ -206,7 +206,7 @@ type ctlSpec struct {
 	heartbeat, grace, flushInt string
 }
 
-func (s *ctlSpec) apiURL() string  { return fmt.Sprintf("http://127.0.0.1:%d", s.apiPort) }
+func (s *ctlSpec) apiURL() string  { return fmt.Sprintf("https://127.0.0.1:%d", s.apiPort) }
 func (s *ctlSpec) natsURL() string { return fmt.Sprintf("nats://127.0.0.1:%d", s.natsPort) }
 
 // writeConfig writes the controller's YAML config and returns its path.
@@ -323,7 +323,8 @@ func client(t *testing.T, s *ctlSpec) *api.Client {
 	if err != nil {
 		t.Fatalf("admin token of %s: %v", s.name, err)
 	}
-	cl, err := api.NewClient(api.ClientConfig{Address: s.apiURL(), Token: strings.TrimSpace(string(tok)), Timeout: 10 * time.Second})
+	cl, err := api.NewClient(api.ClientConfig{Address: s.apiURL(), Token: strings.TrimSpace(string(tok)), Timeout: 10 * time.Second,
+		CAFile: filepath.Join(s.dataDir, pki.CAFile)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -331,10 +332,19 @@ func client(t *testing.T, s *ctlSpec) *api.Client {
 }
 
 // waitReady waits for a controller's /readyz to answer 200.
-func waitReady(t *testing.T, url string, d time.Duration) {
+func waitReady(t *testing.T, s *ctlSpec, d time.Duration) {
 	t.Helper()
+	url := s.apiURL()
 	waitFor(t, d, "controller "+url+" ready", func() bool {
-		resp, err := http.Get(url + "/readyz")
+		// The CA exists once the controller has made it.
+		tc, err := api.ClientConfig{CAFile: filepath.Join(s.dataDir, pki.CAFile)}.TLSConfig()
+		if err != nil {
+			return false
+		}
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.TLSClientConfig = tc
+		defer tr.CloseIdleConnections()
+		resp, err := (&http.Client{Transport: tr, Timeout: 5 * time.Second}).Get(url + "/readyz")
 		if err != nil {
 			return false
 		}

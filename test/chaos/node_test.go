@@ -18,7 +18,7 @@ func oneController(t *testing.T, dir string, spec func(*ctlSpec), agents ...stri
 		spec(s)
 	}
 	c := startController(t, dir, s)
-	waitReady(t, s.apiURL(), 60*time.Second)
+	waitReady(t, s, 60*time.Second)
 	cl := client(t, s)
 	procs := map[string]*proc{}
 	for _, name := range agents {
@@ -156,7 +156,7 @@ func TestControllerRestartMidJob(t *testing.T) {
 	ctl.kill9()
 	down := time.Now()
 	ctl.start()
-	waitReady(t, spec.apiURL(), 60*time.Second)
+	waitReady(t, spec, 60*time.Second)
 	t.Logf("controller back %s after the kill", time.Since(down).Round(time.Millisecond))
 	done := waitJob(t, cl, j.ID, 60*time.Second)
 	t.Logf("job %s %s, %s after the kill (restart included)", done.ID, done.Status, time.Since(down).Round(time.Millisecond))
