@@ -71,7 +71,7 @@ func TestJobListStatusAndLimit(t *testing.T) {
 
 	list := func(args ...string) []api.Job {
 		t.Helper()
-		code, out, errOut := runCLI(t, append([]string{"job", "list", "--addr", addr, "--token", tok, "-o", "json"}, args...)...)
+		code, out, errOut := runCLI(t, append([]string{"job", "list", "--addr", addr, "--token", tok, "--cacert", f.CAFile(), "-o", "json"}, args...)...)
 		if code != ExitOK {
 			t.Fatalf("job list %q: code %d err %q", args, code, errOut)
 		}
@@ -101,24 +101,24 @@ func TestJobListStatusAndLimit(t *testing.T) {
 	}
 
 	// retry and delete through the CLI.
-	code, out, errOut := runCLI(t, "job", "retry", "--addr", addr, "--token", tok, completed[0], "--wait", "-o", "json")
+	code, out, errOut := runCLI(t, "job", "retry", "--addr", addr, "--token", tok, "--cacert", f.CAFile(), completed[0], "--wait", "-o", "json")
 	var retried api.Job
 	if err := json.Unmarshal([]byte(out), &retried); err != nil || code != ExitOK || retried.RetryOf != completed[0] || retried.Status != api.JobCompleted {
 		t.Fatalf("job retry: code %d out %q err %q", code, out, errOut)
 	}
-	if code, out, errOut := runCLI(t, "job", "delete", "--addr", addr, "--token", tok, j.ID); code != ExitOK || !strings.Contains(out, "deleted") {
+	if code, out, errOut := runCLI(t, "job", "delete", "--addr", addr, "--token", tok, "--cacert", f.CAFile(), j.ID); code != ExitOK || !strings.Contains(out, "deleted") {
 		t.Fatalf("job delete: code %d out %q err %q", code, out, errOut)
 	}
-	if code, _, errOut := runCLI(t, "job", "delete", "--addr", addr, "--token", tok, j.ID); code != ExitFailed || !strings.Contains(errOut, "not found") {
+	if code, _, errOut := runCLI(t, "job", "delete", "--addr", addr, "--token", tok, "--cacert", f.CAFile(), j.ID); code != ExitFailed || !strings.Contains(errOut, "not found") {
 		t.Fatalf("second delete: code %d err %q", code, errOut)
 	}
 
 	// The dead-letter commands against a controller with none.
-	if code, out, errOut := runCLI(t, "job", "dlq", "list", "--addr", addr, "--token", tok, "-o", "json"); code != ExitOK || strings.TrimSpace(out) != "[]" {
+	if code, out, errOut := runCLI(t, "job", "dlq", "list", "--addr", addr, "--token", tok, "--cacert", f.CAFile(), "-o", "json"); code != ExitOK || strings.TrimSpace(out) != "[]" {
 		t.Fatalf("dlq list: code %d out %q err %q", code, out, errOut)
 	}
 	for _, verb := range []string{"replay", "drop"} {
-		if code, _, errOut := runCLI(t, "job", "dlq", verb, "--addr", addr, "--token", tok, "job-none"); code != ExitFailed || !strings.Contains(errOut, "no dead letter") {
+		if code, _, errOut := runCLI(t, "job", "dlq", verb, "--addr", addr, "--token", tok, "--cacert", f.CAFile(), "job-none"); code != ExitFailed || !strings.Contains(errOut, "no dead letter") {
 			t.Fatalf("dlq %s of a job without one: code %d err %q", verb, code, errOut)
 		}
 	}
