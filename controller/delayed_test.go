@@ -3,6 +3,7 @@ package controller_test
 import (
 	"context"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/gridfleet/terraform-provider-grid/internal/config"
 	"github.com/gridfleet/terraform-provider-grid/internal/fleet"
 	"github.com/gridfleet/terraform-provider-grid/internal/fleet/fleettest"
+	"github.com/gridfleet/terraform-provider-grid/internal/pki"
 )
 
 func delayedEcho(notBefore string) *api.JobSpec {
@@ -71,6 +73,7 @@ func TestDelayedJobSurvivesRestart(t *testing.T) {
 	ctl, cl, stop := startController(t, dataDir, natsAddr)
 	acfg := agent.DefaultConfig()
 	acfg.Name, acfg.NATSURLs, acfg.DataDir = "node-1", []string{"nats://" + natsAddr}, t.TempDir()
+	acfg.CAFile, acfg.JoinTokenFile = filepath.Join(dataDir, pki.CAFile), filepath.Join(dataDir, pki.JoinTokenFile)
 	acfg.HeartbeatInterval = agent.Duration(200 * time.Millisecond)
 	a, err := agent.New(acfg)
 	if err != nil {
