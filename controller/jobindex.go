@@ -103,7 +103,20 @@ func (x *jobIndex) waitReady(ctx context.Context) error {
 	}
 }
 
+// created adds a job this controller has just stored, unless the watch
+// brought it first, so a list right after a submission here includes it
+// however far the watch lags.
+func (x *jobIndex) created(key string, data []byte, written time.Time) {
+	x.store(key, data, written, true)
+}
+
 func (x *jobIndex) put(key string, data []byte, written time.Time) {
+	x.store(key, data, written, false)
+}
+
+// store records a job's entry; onlyNew leaves an existing entry alone (the
+// watch may already hold a newer state).
+func (x *jobIndex) store(key string, data []byte, written time.Time, onlyNew bool) {
 	var f indexFields
 	if json.Unmarshal(data, &f) != nil {
 		return
@@ -128,6 +141,9 @@ func (x *jobIndex) put(key string, data []byte, written time.Time) {
 			x.ops[op]++
 		}
 	} else {
+		if onlyNew {
+			return
+		}
 		x.status[e.status]--
 	}
 	e.status = f.Status

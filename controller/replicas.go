@@ -100,10 +100,23 @@ func fillHealth(h *api.StreamHealth, info *jetstream.StreamInfo) {
 		h.Current = 1
 	}
 	for _, p := range ci.Replicas {
-		if p != nil && p.Current && !p.Offline && !p.Pending {
+		if p != nil && !p.Offline && !p.Pending && (p.Current || keepingUp(p)) {
 			h.Current++
 		}
 	}
+}
+
+// A replica the leader heard from lately and that is only a few entries
+// behind is keeping up: JetStream calls a replica current only at lag 0,
+// which a bucket written several times a second (controllers' heartbeats)
+// often does not show at the moment of asking.
+const (
+	keepUpActive = 2 * time.Second
+	keepUpLag    = 100
+)
+
+func keepingUp(p *jetstream.PeerInfo) bool {
+	return p.Active <= keepUpActive && p.Lag <= keepUpLag
 }
 
 // healthLine is a stream's state in a few words for /readyz.
