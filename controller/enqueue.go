@@ -45,7 +45,7 @@ func (c *Controller) enqueue(ctx context.Context, job *api.Job) error {
 		})
 		return fmt.Errorf("store job: %w", err)
 	}
-	c.jobIdx.created(job.ID, stored, job.CreatedAt)
+	c.jobIdx.put(job.ID, stored, job.CreatedAt, rev)
 	// The message id makes a retried publish harmless (the stream drops a
 	// duplicate), so it can ride out a stream leader election in a cluster.
 	req := requestMsg(job.ID, rev, stored)

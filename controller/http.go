@@ -177,7 +177,7 @@ func (c *Controller) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, err.Error())
 		return
 	}
-	c.jobIdx.created(job.ID, stored, job.CreatedAt)
+	c.jobIdx.put(job.ID, stored, job.CreatedAt, rev)
 	// The message id makes a retried publish harmless (the stream drops a
 	// duplicate), so it can ride out a stream leader election in a cluster.
 	req := requestMsg(job.ID, rev, stored)

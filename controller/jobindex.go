@@ -38,6 +38,8 @@ type indexEntry struct {
 	submittedBy string
 	owner       string
 	ops         []string
+	// rev is the revision of the job the entry was last taken from.
+	rev uint64
 }
 
 // indexFields are the fields of a stored job the index keeps.
@@ -86,7 +88,7 @@ func (x *jobIndex) watch(ctx context.Context, kv jetstream.KeyValue) error {
 					x.remove(e.Key())
 					continue
 				}
-				x.put(e.Key(), e.Value(), e.Created())
+				x.put(e.Key(), e.Value(), e.Created(), e.Revision())
 			}
 		}
 	}()
@@ -103,20 +105,11 @@ func (x *jobIndex) waitReady(ctx context.Context) error {
 	}
 }
 
-// created adds a job this controller has just stored, unless the watch
-// brought it first, so a list right after a submission here includes it
-// however far the watch lags.
-func (x *jobIndex) created(key string, data []byte, written time.Time) {
-	x.store(key, data, written, true)
-}
-
-func (x *jobIndex) put(key string, data []byte, written time.Time) {
-	x.store(key, data, written, false)
-}
-
-// store records a job's entry; onlyNew leaves an existing entry alone (the
-// watch may already hold a newer state).
-func (x *jobIndex) store(key string, data []byte, written time.Time, onlyNew bool) {
+// put records revision rev of a job. Besides the watch, this controller
+// puts what it has just written itself (a job it stored, a run's final
+// state), so a list or count right after includes it however far the
+// watch lags; an entry never goes back to an older revision.
+func (x *jobIndex) put(key string, data []byte, written time.Time, rev uint64) {
 	var f indexFields
 	if json.Unmarshal(data, &f) != nil {
 		return
@@ -141,11 +134,12 @@ func (x *jobIndex) store(key string, data []byte, written time.Time, onlyNew boo
 			x.ops[op]++
 		}
 	} else {
-		if onlyNew {
+		if rev <= e.rev {
 			return
 		}
 		x.status[e.status]--
 	}
+	e.rev = rev
 	e.status = f.Status
 	e.owner = f.Owner
 	x.status[e.status]++

@@ -206,6 +206,7 @@ func (r *run) flush() int {
 				r.mu.Lock()
 				r.final = data
 				r.mu.Unlock()
+				r.c.jobIdx.put(id, data, time.Now(), rev)
 			}
 			return len(data)
 		}
