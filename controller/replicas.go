@@ -100,23 +100,24 @@ func fillHealth(h *api.StreamHealth, info *jetstream.StreamInfo) {
 		h.Current = 1
 	}
 	for _, p := range ci.Replicas {
-		if p != nil && !p.Offline && !p.Pending && (p.Current || keepingUp(p)) {
+		if p != nil && keepingUp(p) {
 			h.Current++
 		}
 	}
 }
 
-// A replica the leader heard from lately and that is only a few entries
-// behind is keeping up: JetStream calls a replica current only at lag 0,
-// which a bucket written several times a second (controllers' heartbeats)
-// often does not show at the moment of asking.
-const (
-	keepUpActive = 2 * time.Second
-	keepUpLag    = 100
-)
-
+// keepingUp says whether a replica is current in the sense an operator
+// needs: online, not still being added, heard from by the leader lately,
+// and at most a few entries behind. JetStream's own flag is too strict for
+// a busy stream (current only at lag 0, rarely seen at the moment of
+// asking) and too lenient for an idle one (a dead peer of a stream that
+// has no writes keeps lag 0, so it stays "current").
 func keepingUp(p *jetstream.PeerInfo) bool {
-	return p.Active <= keepUpActive && p.Lag <= keepUpLag
+	const (
+		maxSilence = 5 * time.Second
+		maxLag     = 100
+	)
+	return !p.Offline && !p.Pending && p.Active <= maxSilence && (p.Current || p.Lag <= maxLag)
 }
 
 // healthLine is a stream's state in a few words for /readyz.

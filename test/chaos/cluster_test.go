@@ -259,6 +259,9 @@ func TestClusterSurvivesControllerKill(t *testing.T) {
 	}
 }
 
+// idleStreams are the streams and buckets this test never writes.
+var idleStreams = map[string]bool{api.BucketTokens: true, api.BucketKeys: true, api.BucketJobSecrets: true, api.BucketEnrollments: true}
+
 // checkStreams checks, through a controller's GET /status, that every
 // stream and bucket has the given replicas, a leader and (within a while
 // after a server's loss) the given number of current replicas.
@@ -274,7 +277,17 @@ func checkStreams(t *testing.T, cl *api.Client, replicas, current int) {
 		}
 		last = st.Streams
 		for _, h := range st.Streams {
-			if !h.HasLeader || h.Replicas != replicas || h.Current != current {
+			if !h.HasLeader || h.Replicas != replicas || h.Current > replicas {
+				return false
+			}
+			// JetStream learns of a lost replica through the stream's
+			// traffic: a stream nobody writes after the start (API tokens,
+			// cluster keys, sensitive params, enrollments here) keeps calling a dead peer current, so
+			// only the streams this test writes must show the loss.
+			if idleStreams[h.Name] && current < replicas {
+				continue
+			}
+			if h.Current != current {
 				return false
 			}
 		}
