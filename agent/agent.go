@@ -248,6 +248,11 @@ func (a *Agent) Start(ctx context.Context) error {
 		close(a.done)
 		return err
 	}
+	if err := a.startDebug(); err != nil {
+		a.stopHTTP()
+		close(a.done)
+		return err
+	}
 	if err := a.start(ctx); err != nil {
 		a.stopHTTP()
 		a.taskCancel(err)
@@ -542,8 +547,9 @@ func (a *Agent) onCommand(msg *nats.Msg) {
 		a.log.Warn("dropping command with an invalid job id", "subject", msg.Subject, "job", cmd.JobID)
 		return
 	}
-	log := a.log.With("job", cmd.JobID, "step", cmd.TaskIndex, "attempt", cmd.Attempt)
-	parent, log := traceCommand(msg, log)
+	parent := bus.ExtractTrace(context.Background(), msg)
+	// The command's logger is built only when something is logged.
+	log := func() *slog.Logger { return commandLogger(a.log, &cmd, parent) }
 	broadcast := !strings.HasPrefix(msg.Subject, "cmd.node.")
 	key := taskKey{job: cmd.JobID, step: cmd.TaskIndex, attempt: cmd.Attempt}
 	now := time.Now()
@@ -551,14 +557,16 @@ func (a *Agent) onCommand(msg *nats.Msg) {
 	a.mu.Lock()
 	if a.stopping {
 		a.mu.Unlock()
-		log.Info("shutting down; not taking the command", "task", cmd.Task.Name())
+		log().Info("shutting down; not taking the command", "task", cmd.Task.Name())
 		return
 	}
 	if broadcast {
 		if reason := a.skipBroadcast(&cmd); reason != "" {
 			a.mu.Unlock()
 			a.stats.ignored.Add(1)
-			log.Debug("ignoring broadcast", "subject", msg.Subject, "reason", reason)
+			if a.log.Enabled(context.Background(), slog.LevelDebug) {
+				log().Debug("ignoring broadcast", "subject", msg.Subject, "reason", reason)
+			}
 			return
 		}
 	}
@@ -571,16 +579,15 @@ func (a *Agent) onCommand(msg *nats.Msg) {
 		a.mu.Unlock()
 		a.stats.duplicates.Add(1)
 		if done {
-			log.Info("repeated command for a finished task; sending its result again", "subject", msg.Subject)
+			log().Info("repeated command for a finished task; sending its result again", "subject", msg.Subject)
 			go a.resendFinal(log, f)
 			return
 		}
-		log.Info("ignoring duplicate command", "subject", msg.Subject)
+		log().Info("ignoring duplicate command", "subject", msg.Subject)
 		return
 	}
 	a.seen.add(key, struct{}{}, now)
-	t := a.newTask(cmd, log)
-	t.parent = parent
+	t := a.newTask(cmd, parent)
 	if why, ok := a.cancelled.get(cmd.JobID, now); ok {
 		t.cancel(why)
 	}

@@ -101,6 +101,9 @@ func TestValidate(t *testing.T) {
 		{"zero grace", func(c *Config) { c.ShutdownGrace = 0 }, ""},
 		{"bad allow entry", func(c *Config) { c.Allow = []string{"ping", "rm -rf"} }, "allow"},
 		{"allow all", func(c *Config) { c.Allow = []string{"*"} }, ""},
+		{"bad debug_addr", func(c *Config) { c.DebugAddr = "6060" }, "debug_addr"},
+		{"debug_addr", func(c *Config) { c.DebugAddr = "127.0.0.1:0" }, ""},
+		{"negative gomaxprocs", func(c *Config) { c.GOMAXPROCS = -1 }, "gomaxprocs"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

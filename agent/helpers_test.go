@@ -21,6 +21,7 @@ import (
 	"github.com/gridfleet/terraform-provider-grid/backends/ping"
 	"github.com/gridfleet/terraform-provider-grid/backends/testbackend"
 	"github.com/gridfleet/terraform-provider-grid/internal/bus"
+	"github.com/gridfleet/terraform-provider-grid/internal/bus/embedded"
 	"github.com/gridfleet/terraform-provider-grid/internal/testwait"
 )
 
@@ -40,7 +41,7 @@ func newHarness(t *testing.T) *harness {
 	t.Helper()
 	dir := t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
-	srv, err := bus.StartServer(ctx, bus.ServerConfig{Port: -1, DataDir: dir})
+	srv, err := embedded.StartServer(ctx, embedded.ServerConfig{Port: -1, DataDir: dir})
 	if err != nil {
 		cancel()
 		t.Fatalf("start NATS: %v", err)

@@ -12,80 +12,83 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
-	"github.com/gridfleet/terraform-provider-grid/internal/bus"
-	"github.com/gridfleet/terraform-provider-grid/internal/telemetry"
+	"github.com/gridfleet/terraform-provider-grid/internal/telemetry/traceoff"
 )
 
 // observer holds an agent's metrics, tracer and optional HTTP listener
 // (/metrics, /healthz, /readyz on Config.MetricsAddr).
 type observer struct {
-	reg          *prometheus.Registry
-	tracer       trace.Tracer
-	tasks        *prometheus.CounterVec
-	taskDuration *prometheus.HistogramVec
+	metrics agentMetrics
+	tracer  trace.Tracer
 
 	mu  sync.Mutex
 	srv *http.Server
 	url string
+	// debugSrv serves pprof on DebugAddr.
+	debugSrv *http.Server
+	debugURL string
 }
 
-var (
-	agentCommandsDesc = prometheus.NewDesc("grid_agent_commands_total",
-		"Commands received, by what the agent did with them: accepted, ignored (excluded or not in the resolved target) or duplicate.",
-		[]string{"outcome"}, nil)
-	agentConnectedDesc = prometheus.NewDesc("grid_agent_nats_connected",
-		"1 while the agent is connected to NATS.", nil, nil)
+// agentMetrics are the series an agent serves at /metrics. There are two
+// builds of them: Prometheus's client with the Go runtime and process
+// collectors (metrics_prom.go, the default), and a small text exposition of
+// the same grid_agent_* series for the slim grid-agent binary, which the
+// grid_slim build tag selects (metrics_slim.go): the Prometheus client and
+// the protobuf runtime it brings are a fifth of that binary.
+type agentMetrics interface {
+	// taskDone counts a finished task and observes its duration.
+	taskDone(backend, action, status string, d time.Duration)
+	// handler serves the metrics in the Prometheus text format.
+	handler() http.Handler
+}
+
+// The agent's series, shared by both builds.
+const (
+	metricTasks         = "grid_agent_tasks_total"
+	helpTasks           = "Tasks this agent finished, by backend, action and status (success or failed)."
+	metricTaskDuration  = "grid_agent_task_duration_seconds"
+	helpTaskDuration    = "Time a task ran on this agent (from its start, after waiting for a slot), by backend, action and status."
+	metricTasksInFlight = "grid_agent_tasks_in_flight"
+	helpTasksInFlight   = "Tasks holding a slot (running) on this agent."
+	metricMaxConcurrent = "grid_agent_max_concurrent_tasks"
+	helpMaxConcurrent   = "Tasks this agent runs at once at most (max_concurrent)."
+	metricCommands      = "grid_agent_commands_total"
+	helpCommands        = "Commands received, by what the agent did with them: accepted, ignored (excluded or not in the resolved target) or duplicate."
+	metricNATSConnected = "grid_agent_nats_connected"
+	helpNATSConnected   = "1 while the agent is connected to NATS."
+	instrumentationName = "github.com/gridfleet/terraform-provider-grid" // telemetry.InstrumentationName
 )
 
+// outcomeCount is the commands the agent received with one outcome.
+type outcomeCount struct {
+	outcome string
+	n       int64
+}
+
+// commandCounts are the commands by outcome, in the order they are served.
+func (a *Agent) commandCounts() []outcomeCount {
+	s := &a.stats
+	return []outcomeCount{{"accepted", s.accepted.Load()}, {"ignored", s.ignored.Load()}, {"duplicate", s.duplicates.Load()}}
+}
+
+// natsConnected is 1 while the agent is registered and connected to NATS.
+func (a *Agent) natsConnected() float64 {
+	nc, _ := a.readiness()
+	return boolFloat(nc != nil && nc.IsConnected())
+}
+
 func newObserver(a *Agent) *observer {
-	o := &observer{
-		reg:    telemetry.NewRegistry(),
-		tracer: telemetry.Tracer(a.cfg.TracerProvider),
-		tasks: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "grid_agent_tasks_total",
-			Help: "Tasks this agent finished, by backend, action and status (success or failed).",
-		}, []string{"backend", "action", "status"}),
-		taskDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "grid_agent_task_duration_seconds",
-			Help:    "Time a task ran on this agent (from its start, after waiting for a slot), by backend, action and status.",
-			Buckets: telemetry.TaskBuckets,
-		}, []string{"backend", "action", "status"}),
+	tp := a.cfg.TracerProvider
+	if tp == nil {
+		tp = otel.GetTracerProvider()
 	}
-	o.reg.MustRegister(o.tasks, o.taskDuration,
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "grid_agent_tasks_in_flight",
-			Help: "Tasks holding a slot (running) on this agent.",
-		}, func() float64 { return float64(len(a.slots)) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "grid_agent_max_concurrent_tasks",
-			Help: "Tasks this agent runs at once at most (max_concurrent).",
-		}, func() float64 { return float64(cap(a.slots)) }),
-		&agentCollector{a: a},
-	)
-	return o
-}
-
-// agentCollector reads the agent's counters and connection at scrape time.
-type agentCollector struct{ a *Agent }
-
-func (c *agentCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- agentCommandsDesc
-	ch <- agentConnectedDesc
-}
-
-func (c *agentCollector) Collect(ch chan<- prometheus.Metric) {
-	s := &c.a.stats
-	ch <- prometheus.MustNewConstMetric(agentCommandsDesc, prometheus.CounterValue, float64(s.accepted.Load()), "accepted")
-	ch <- prometheus.MustNewConstMetric(agentCommandsDesc, prometheus.CounterValue, float64(s.ignored.Load()), "ignored")
-	ch <- prometheus.MustNewConstMetric(agentCommandsDesc, prometheus.CounterValue, float64(s.duplicates.Load()), "duplicate")
-	nc, _ := c.a.readiness()
-	ch <- prometheus.MustNewConstMetric(agentConnectedDesc, prometheus.GaugeValue, boolFloat(nc != nil && nc.IsConnected()))
+	return &observer{metrics: newAgentMetrics(a), tracer: tp.Tracer(instrumentationName)}
 }
 
 func boolFloat(b bool) float64 {
@@ -94,10 +97,6 @@ func boolFloat(b bool) float64 {
 	}
 	return 0
 }
-
-// Registry is the agent's private Prometheus registry, served at /metrics
-// on MetricsAddr.
-func (a *Agent) Registry() *prometheus.Registry { return a.obs.reg }
 
 // MetricsURL is the base URL of the metrics and health listener, "" when
 // MetricsAddr is not set or the agent has not started.
@@ -131,7 +130,7 @@ func (a *Agent) startHTTP() error {
 		return fmt.Errorf("agent %s: metrics listen on %s: %w", a.id, a.cfg.MetricsAddr, err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", telemetry.Handler(a.obs.reg))
+	mux.Handle("GET /metrics", a.obs.metrics.handler())
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeHealth(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -167,13 +166,15 @@ func (a *Agent) startHTTP() error {
 
 func (a *Agent) stopHTTP() {
 	a.obs.mu.Lock()
-	srv := a.obs.srv
-	a.obs.srv = nil
+	srvs := []*http.Server{a.obs.srv, a.obs.debugSrv}
+	a.obs.srv, a.obs.debugSrv = nil, nil
 	a.obs.mu.Unlock()
-	if srv != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	for _, srv := range srvs {
+		if srv != nil {
+			_ = srv.Shutdown(ctx)
+		}
 	}
 }
 
@@ -183,22 +184,32 @@ func writeHealth(w http.ResponseWriter, code int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// traceCommand returns the trace context a command carried and the task's
-// logger with its trace id.
-func traceCommand(msg *nats.Msg, log *slog.Logger) (context.Context, *slog.Logger) {
-	ctx := bus.ExtractTrace(context.Background(), msg)
-	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+// commandLogger is log with a command's job, step and attempt, and the
+// trace id its message carried (parent).
+func commandLogger(log *slog.Logger, cmd *api.Command, parent context.Context) *slog.Logger {
+	log = log.With("job", cmd.JobID, "step", cmd.TaskIndex, "attempt", cmd.Attempt)
+	if sc := trace.SpanContextFromContext(parent); sc.IsValid() {
 		log = log.With("trace_id", sc.TraceID().String())
 	}
-	return ctx, log
+	return log
 }
 
 // startTaskSpan starts the task's span, a child of the dispatch that sent
 // the command; it covers waiting for a slot, the run and the result.
+//
+// With tracing off (no provider set up) no span is made: the noop tracer
+// would still cost the span's name and attributes for every command. The
+// task's results then carry the command's own trace context on.
 func (a *Agent) startTaskSpan(t *task) {
 	parent := t.parent
 	if parent == nil {
 		parent = context.Background()
+	}
+	if traceoff.TracingOff(a.cfg.TracerProvider) {
+		if trace.SpanContextFromContext(parent).IsValid() {
+			t.spanCtx = parent
+		}
+		return
 	}
 	t.spanCtx, t.span = a.obs.tracer.Start(parent, "task "+t.cmd.Task.Name(), trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(
@@ -210,17 +221,22 @@ func (a *Agent) startTaskSpan(t *task) {
 }
 
 // startBackendSpan starts the span of the backend run inside the task's.
+// Without a task span (tracing off) there is none.
 func (a *Agent) startBackendSpan(ctx context.Context, t *task) (context.Context, trace.Span) {
-	if t.span != nil {
-		ctx = trace.ContextWithSpan(ctx, t.span)
+	if t.span == nil {
+		return ctx, nil
 	}
+	ctx = trace.ContextWithSpan(ctx, t.span)
 	return a.obs.tracer.Start(ctx, "backend "+t.cmd.Task.Name(), trace.WithAttributes(
 		attribute.String("grid.backend", t.cmd.Task.Backend),
 		attribute.String("grid.action", t.cmd.Task.Action)))
 }
 
-// endSpan ends a span, marking it failed on err.
+// endSpan ends a span, marking it failed on err; nil is no span.
 func endSpan(span trace.Span, err error) {
+	if span == nil {
+		return
+	}
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
@@ -231,8 +247,7 @@ func endSpan(span trace.Span, err error) {
 // observeTask records a task's final result in the metrics and its span.
 func (a *Agent) observeTask(t *task, r *api.TaskResult) {
 	status := r.Status
-	a.obs.tasks.WithLabelValues(t.cmd.Task.Backend, t.cmd.Task.Action, status).Inc()
-	a.obs.taskDuration.WithLabelValues(t.cmd.Task.Backend, t.cmd.Task.Action, status).Observe(time.Duration(r.Duration).Seconds())
+	a.obs.metrics.taskDone(t.cmd.Task.Backend, t.cmd.Task.Action, status, time.Duration(r.Duration))
 	if t.span != nil {
 		t.span.SetAttributes(attribute.String("grid.task.status", status), attribute.Bool("grid.task.changed", r.Changed))
 		var err error

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gridfleet/terraform-provider-grid/api"
 	"github.com/gridfleet/terraform-provider-grid/internal/bus"
+	"github.com/gridfleet/terraform-provider-grid/internal/bus/embedded"
 )
 
 // TestReregistersAfterServerLosesState replaces the server with an empty one
@@ -24,7 +25,7 @@ func TestReregistersAfterServerLosesState(t *testing.T) {
 	t.Parallel()
 	start := func(port int) *server.Server {
 		t.Helper()
-		srv, err := bus.StartServer(context.Background(), bus.ServerConfig{Port: port, DataDir: t.TempDir()})
+		srv, err := embedded.StartServer(context.Background(), embedded.ServerConfig{Port: port, DataDir: t.TempDir()})
 		if err != nil {
 			t.Fatalf("start NATS: %v", err)
 		}
@@ -117,7 +118,7 @@ func TestReregistersAfterServerLosesState(t *testing.T) {
 func TestStartFailsWithoutController(t *testing.T) {
 	t.Parallel()
 	// A server without the topology: no controller ever created the buckets.
-	srv, err := bus.StartServer(context.Background(), bus.ServerConfig{Port: -1, DataDir: t.TempDir()})
+	srv, err := embedded.StartServer(context.Background(), embedded.ServerConfig{Port: -1, DataDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -45,10 +46,15 @@ const (
 
 // task is one accepted command.
 type task struct {
-	cmd    api.Command
-	log    *slog.Logger
-	ctx    context.Context
-	cancel context.CancelCauseFunc
+	cmd api.Command
+	// agentLog is the agent's logger; log() adds the task's attributes
+	// the first time the task logs, as a task that succeeds logs nothing
+	// at the default level.
+	agentLog *slog.Logger
+	logOnce  sync.Once
+	logger   *slog.Logger
+	ctx      context.Context
+	cancel   context.CancelCauseFunc
 	// parent is the trace context the command carried; span is the task's.
 	parent  context.Context
 	span    trace.Span
@@ -65,9 +71,9 @@ type task struct {
 
 // newTask registers a task under its job so a cancel finds it. Callers hold
 // a.mu.
-func (a *Agent) newTask(cmd api.Command, log *slog.Logger) *task {
+func (a *Agent) newTask(cmd api.Command, parent context.Context) *task {
 	ctx, cancel := context.WithCancelCause(a.taskCtx)
-	t := &task{cmd: cmd, log: log, ctx: ctx, cancel: cancel}
+	t := &task{cmd: cmd, agentLog: a.log, parent: parent, ctx: ctx, cancel: cancel}
 	m := a.running[cmd.JobID]
 	if m == nil {
 		m = map[*task]struct{}{}
@@ -75,6 +81,13 @@ func (a *Agent) newTask(cmd api.Command, log *slog.Logger) *task {
 	}
 	m[t] = struct{}{}
 	return t
+}
+
+// log is the task's logger: the agent's with the job, step, attempt and
+// the trace id the command carried.
+func (t *task) log() *slog.Logger {
+	t.logOnce.Do(func() { t.logger = commandLogger(t.agentLog, &t.cmd, t.parent) })
+	return t.logger
 }
 
 func (a *Agent) forget(t *task) {
@@ -128,7 +141,11 @@ func (a *Agent) runTask(t *task) {
 	start = time.Now()
 	t.started = start
 	report := time.AfterFunc(runningAfter, func() { a.reportRunning(t) })
-	t.log.Info("task started", "task", t.cmd.Task.Name(), "check_mode", t.cmd.CheckMode)
+	// Per task at debug level: at info, a fan-out to thousands of nodes
+	// would write (and wake for) two lines per node and command.
+	if t.agentLog.Enabled(context.Background(), slog.LevelDebug) {
+		t.log().Debug("task started", "task", t.cmd.Task.Name(), "check_mode", t.cmd.CheckMode)
+	}
 
 	res, abandoned, err := a.execute(t)
 	report.Stop()
@@ -188,7 +205,7 @@ func (a *Agent) execute(t *task) (*backends.Result, chan struct{}, error) {
 		defer func() {
 			// A panicking backend fails its task, not the agent.
 			if p := recover(); p != nil {
-				t.log.Error("backend panicked", "panic", t.scrub(fmt.Sprint(p)))
+				t.log().Error("backend panicked", "panic", t.scrub(fmt.Sprint(p)))
 				out <- outcome{err: fmt.Errorf("backend %s panicked: %v", t.cmd.Task.Backend, p)}
 			}
 		}()
@@ -214,7 +231,7 @@ func (a *Agent) execute(t *task) (*backends.Result, chan struct{}, error) {
 		case <-timer.C:
 			prog.stop()
 			cause := context.Cause(ctx)
-			t.log.Error("backend did not stop after its context ended; abandoning it", "cause", cause)
+			t.log().Error("backend did not stop after its context ended; abandoning it", "cause", cause)
 			return nil, returned, fmt.Errorf("%w (the backend did not stop within %s)", cause, abandonAfter)
 		}
 	}
@@ -247,10 +264,10 @@ func (a *Agent) finish(t *task, start time.Time, res *backends.Result, err error
 		// Facts count against the same cap: a backend's facts are small
 		// by design, so ones that are not are dropped, not cut.
 		if fb, ferr := json.Marshal(r.Facts); ferr != nil {
-			t.log.Warn("dropping facts that do not encode as JSON", "err", ferr)
+			t.log().Warn("dropping facts that do not encode as JSON", "err", ferr)
 			r.Facts = nil
 		} else if len(fb) > limit {
-			t.log.Warn("dropping facts larger than max_output_bytes", "bytes", len(fb), "max_output_bytes", limit)
+			t.log().Warn("dropping facts larger than max_output_bytes", "bytes", len(fb), "max_output_bytes", limit)
 			r.Facts = map[string]any{"truncated": fmt.Sprintf("facts of %d bytes dropped (max_output_bytes %d)", len(fb), limit)}
 			r.Truncated = true
 		}
@@ -260,12 +277,15 @@ func (a *Agent) finish(t *task, start time.Time, res *backends.Result, err error
 		r.StartedAt = &started
 	}
 	r.Timestamp = time.Now().UTC()
-	level := slog.LevelInfo
+	// A success is logged at debug level (see runTask), a failure at warn.
+	level := slog.LevelDebug
 	if err != nil {
 		level = slog.LevelWarn
 	}
-	t.log.Log(context.Background(), level, "task finished", "task", t.cmd.Task.Name(),
-		"status", r.Status, "duration", r.Duration.String(), "changed", r.Changed, "err", r.Error)
+	if t.agentLog.Enabled(context.Background(), level) {
+		t.log().Log(context.Background(), level, "task finished", "task", t.cmd.Task.Name(),
+			"status", r.Status, "duration", r.Duration.String(), "changed", r.Changed, "err", r.Error)
+	}
 	a.publishFinal(t, r)
 	a.observeTask(t, &r)
 }
@@ -314,13 +334,13 @@ func (a *Agent) publishCore(t *task, r api.TaskResult) {
 	subject := api.ProgressSubject(r.JobID, r.TaskIndex, r.NodeID)
 	data, err := json.Marshal(r)
 	if err != nil {
-		t.log.Warn("encode result", "err", err)
+		t.log().Warn("encode result", "err", err)
 		return
 	}
 	msg := &nats.Msg{Subject: subject, Data: data}
 	bus.InjectTrace(t.traceCtx(), msg)
 	if err := a.nc.PublishMsg(msg); err != nil {
-		t.log.Warn("publish result", "status", r.Status, "err", err)
+		t.log().Warn("publish result", "status", r.Status, "err", err)
 	}
 }
 
@@ -330,10 +350,10 @@ func (a *Agent) publishFinal(t *task, r api.TaskResult) {
 	subject := a.fill(t, &r)
 	data, err := json.Marshal(r)
 	if err != nil {
-		t.log.Error("encode final result", "err", err)
+		t.log().Error("encode final result", "err", err)
 		return
 	}
-	msgID := fmt.Sprintf("%s.%d.%s.%d", r.JobID, r.TaskIndex, r.NodeID, r.Attempt)
+	msgID := r.JobID + "." + strconv.Itoa(r.TaskIndex) + "." + r.NodeID + "." + strconv.Itoa(r.Attempt)
 	a.mu.Lock()
 	a.finals.add(taskKey{job: r.JobID, step: r.TaskIndex, attempt: r.Attempt}, finalResult{subject: subject, data: data}, time.Now())
 	a.mu.Unlock()
@@ -345,7 +365,7 @@ func (a *Agent) publishFinal(t *task, r api.TaskResult) {
 // restarted (or took over the job) asks again because it never saw the
 // answer. The message id differs from the original's so the stream stores
 // it even within its duplicate window. The caller counted it in a.resends.
-func (a *Agent) resendFinal(log *slog.Logger, f finalResult) {
+func (a *Agent) resendFinal(log func() *slog.Logger, f finalResult) {
 	defer a.resends.Done()
 	a.storeFinal(context.Background(), log, f.subject, f.data, fmt.Sprintf("resend.%s.%d", f.subject, time.Now().UnixNano()))
 }
@@ -358,7 +378,8 @@ var publishPolicy = retry.Policy{
 // storeFinal publishes a final result to the results stream; traceCtx's
 // span travels in the message headers. It retries until publishFor has
 // passed, the connection is closed, or the agent stops publishing (a.pubCtx).
-func (a *Agent) storeFinal(traceCtx context.Context, log *slog.Logger, subject string, data []byte, msgID string) {
+// log is called only when there is something to log.
+func (a *Agent) storeFinal(traceCtx context.Context, log func() *slog.Logger, subject string, data []byte, msgID string) {
 	msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}
 	bus.InjectTrace(traceCtx, msg)
 	err := retry.Do(a.pubCtx, publishPolicy, func(try int) error {
@@ -369,12 +390,12 @@ func (a *Agent) storeFinal(traceCtx context.Context, log *slog.Logger, subject s
 			return retry.Stop(err)
 		}
 		if err != nil {
-			log.Warn("publishing final result failed", "try", try, "err", err)
+			log().Warn("publishing final result failed", "try", try, "err", err)
 		}
 		return err
 	})
 	if err != nil {
-		log.Error("final result lost", "subject", subject, "err", err)
+		log().Error("final result lost", "subject", subject, "err", err)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -24,7 +25,9 @@ const DefaultAddress = "https://127.0.0.1:8765"
 
 // ClientConfig configures a Client.
 type ClientConfig struct {
-	// Address is the controller's base URL.
+	// Address is the controller's base URL, or several controllers' of a
+	// cluster, comma-separated: a request that cannot reach one goes to
+	// the next (see Client.do).
 	Address string
 	// Token is sent as a bearer token when set.
 	Token string
@@ -106,16 +109,31 @@ func (c ClientConfig) TLSConfig() (*tls.Config, error) {
 	return tc, nil
 }
 
-// Validate checks the address.
+// Validate checks the address (each one, when several are given).
 func (c ClientConfig) Validate() error {
-	if c.Address == "" {
+	if strings.TrimSpace(c.Address) == "" {
 		return errors.New("controller address is empty")
 	}
-	u, err := url.Parse(NormalizeAddress(c.Address))
-	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-		return fmt.Errorf("controller address %q is not an http(s) URL like %s", c.Address, DefaultAddress)
+	for _, a := range strings.Split(c.Address, ",") {
+		a = strings.TrimSpace(a)
+		if a == "" {
+			return fmt.Errorf("controller address %q has an empty entry between its commas", c.Address)
+		}
+		u, err := url.Parse(NormalizeAddress(a))
+		if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+			return fmt.Errorf("controller address %q is not an http(s) URL like %s", a, DefaultAddress)
+		}
 	}
 	return nil
+}
+
+// addresses are the normalized base URLs of a valid address list.
+func addresses(a string) []string {
+	var out []string
+	for _, e := range strings.Split(a, ",") {
+		out = append(out, NormalizeAddress(strings.TrimSpace(e)))
+	}
+	return out
 }
 
 // NormalizeAddress adds https:// to a bare host:port.
@@ -126,9 +144,13 @@ func NormalizeAddress(a string) string {
 	return strings.TrimRight(a, "/")
 }
 
-// Client talks to a controller's HTTP API.
+// Client talks to a controller's HTTP API, or to the first of several
+// controllers of a cluster that answers.
 type Client struct {
-	base  string
+	bases []string
+	// cur is the index in bases of the controller that answered last,
+	// where the next request starts; shared by copies of the client.
+	cur   *atomic.Int32
 	token string
 	hc    *http.Client
 }
@@ -166,11 +188,12 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		cp.Timeout = cfg.Timeout
 		hc = &cp
 	}
-	return &Client{base: NormalizeAddress(cfg.Address), token: cfg.Token, hc: hc}, nil
+	return &Client{bases: addresses(cfg.Address), cur: new(atomic.Int32), token: cfg.Token, hc: hc}, nil
 }
 
-// Address is the controller's base URL.
-func (c *Client) Address() string { return c.base }
+// Address is the base URL of the controller that answered last (the first
+// one before any request).
+func (c *Client) Address() string { return c.bases[c.cur.Load()] }
 
 // Error is an error answer from the controller.
 type Error struct {
@@ -230,20 +253,61 @@ func tlsError(addr string, err error) error {
 	return nil
 }
 
+// do sends a request and decodes the answer. With several controllers it
+// starts at the one that answered last and moves on to the next when one
+// cannot be reached: on a refused or failed connection (nothing was sent)
+// for every request, and on any transport error for a GET, which may be
+// sent twice. A POST whose connection broke after it was sent is not sent
+// again (the controller may have taken it): its error is returned.
 func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
-	var body io.Reader
+	var payload []byte
 	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
 			return fmt.Errorf("encode request: %w", err)
 		}
-		body = bytes.NewReader(b)
+		payload = b
 	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	start := int(c.cur.Load())
+	var err error
+	for i := range c.bases {
+		n := (start + i) % len(c.bases)
+		var resp *http.Response
+		resp, err = c.send(ctx, c.bases[n], method, path, payload, in != nil)
+		if err == nil {
+			c.cur.Store(int32(n))
+			return c.read(resp, method, path, out)
+		}
+		if ctx.Err() != nil || !c.failover(method, err) {
+			return err
+		}
+	}
+	return err
+}
+
+// failover says whether a request that failed with err may go to the next
+// controller: a GET after any unreachable error, anything else only when
+// the connection was never made.
+func (c *Client) failover(method string, err error) bool {
+	var ue *UnreachableError
+	if len(c.bases) < 2 || !errors.As(err, &ue) {
+		return false
+	}
+	var oe *net.OpError
+	return method == http.MethodGet || (errors.As(err, &oe) && oe.Op == "dial")
+}
+
+// send sends one request to the controller at base.
+func (c *Client) send(ctx context.Context, base, method, path string, payload []byte, hasBody bool) (*http.Response, error) {
+	var body io.Reader
+	if hasBody {
+		body = bytes.NewReader(payload)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, base+path, body)
 	if err != nil {
-		return fmt.Errorf("build request: %w", err)
+		return nil, fmt.Errorf("build request: %w", err)
 	}
-	if in != nil {
+	if hasBody {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("Accept", "application/json")
@@ -252,16 +316,22 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		if te := tlsError(c.base, err); te != nil {
-			return te
+		if te := tlsError(base, err); te != nil {
+			return nil, te
 		}
 		var ne net.Error
 		var oe *net.OpError
 		if ctx.Err() == nil && (errors.As(err, &oe) || (errors.As(err, &ne) && !ne.Timeout())) {
-			return &UnreachableError{Address: c.base, Err: err}
+			return nil, &UnreachableError{Address: base, Err: err}
 		}
-		return fmt.Errorf("%s %s: %w", method, path, err)
+		return nil, fmt.Errorf("%s %s: %w", method, path, err)
 	}
+	return resp, nil
+}
+
+// read decodes an answer: an *Error for a status of 400 or more, else the
+// JSON body into out (when not nil).
+func (c *Client) read(resp *http.Response, method, path string, out any) error {
 	defer func() { _ = resp.Body.Close() }()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
@@ -354,9 +424,10 @@ type JobQuery struct {
 	// Cursor continues after a job: JobCursor of the last job of the
 	// previous page.
 	Cursor string
-	// Status and SubmittedBy filter.
+	// Status, SubmittedBy and ScheduleID filter.
 	Status      JobStatus
 	SubmittedBy string
+	ScheduleID  string
 }
 
 // ListJobsPage lists one page of jobs, newest first. A page shorter than
@@ -374,6 +445,9 @@ func (c *Client) ListJobsPage(ctx context.Context, q JobQuery) ([]Job, error) {
 	}
 	if q.SubmittedBy != "" {
 		v.Set("submitted_by", q.SubmittedBy)
+	}
+	if q.ScheduleID != "" {
+		v.Set("schedule_id", q.ScheduleID)
 	}
 	path := "/jobs"
 	if len(v) > 0 {

@@ -142,12 +142,18 @@ type Job struct {
 	Nodes []string `json:"nodes,omitempty"`
 	// RetryOf is the job this one retries (POST /job/{id}/retry).
 	RetryOf string `json:"retry_of,omitempty"`
+	// ScheduleID is the schedule whose tick submitted the job.
+	ScheduleID string `json:"schedule_id,omitempty"`
 	// Priority orders jobs waiting for a free slot: MinPriority (0) to
 	// MaxPriority (9), higher first; first in, first out within one.
 	Priority int `json:"priority,omitempty"`
 	// NotBefore, when set, is the earliest time the job may start; until
 	// then it is JobWaiting.
 	NotBefore *time.Time `json:"not_before,omitempty"`
+	// StatusReason says why a running job is not making progress though
+	// nothing failed: its nodes wait for a rate limit (see RateLimited).
+	// Empty when nothing holds it back.
+	StatusReason string `json:"status_reason,omitempty"`
 }
 
 // JobCursor is the GET /jobs cursor that continues after j: the next page
@@ -208,6 +214,9 @@ type NodeResult struct {
 	ProgressMessage string `json:"progress_message,omitempty"`
 	// Events is the node's timeline for this step.
 	Events []Event `json:"events,omitempty"`
+	// StatusReason says why a pending step has not started on the node
+	// (a rate limit); cleared when it is dispatched.
+	StatusReason string `json:"status_reason,omitempty"`
 }
 
 // Event is one entry in a node's timeline for a step.

@@ -1,96 +1,49 @@
 package cli
 
 import (
-	"fmt"
+	"errors"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/spf13/cobra"
 
-	"github.com/gridfleet/terraform-provider-grid/agent"
-	"github.com/gridfleet/terraform-provider-grid/internal/telemetry"
+	"github.com/gridfleet/terraform-provider-grid/agent/agentcmd"
+	"github.com/gridfleet/terraform-provider-grid/internal/telemetry/traceexport"
 )
 
+// newAgentCommand is "grid agent". Its flags, config layering and run are
+// agentcmd's, shared with the slim grid-agent binary (cmd/grid-agent).
 func newAgentCommand(g *globals) *cobra.Command {
-	var (
-		configFile string
-		flags      agent.Config
-		logs       logOptions
-	)
+	var opts agentcmd.Options
 	cmd := &cobra.Command{
 		Use:   "agent",
 		Short: "Run an agent: register with the fleet and run backend actions",
 		Long: `Run an agent on a host. Settings come from the defaults, then the --config
 YAML file, then the flags given on the command line, each overriding the one
 before. The agent stops taking commands on SIGINT or SIGTERM, lets running
-tasks finish and deregisters.`,
+tasks finish and deregisters.
+
+The grid-agent binary (package grid-agent) runs the same agent with the same
+flags and holds nothing else.`,
 		Example: `  grid agent --name web-1 --groups web,web.prod --nats nats://10.0.0.1:4222 \
       --data-dir /var/lib/grid --ca-file /etc/grid/ca.pem --join-token-file /etc/grid/join-token
   grid agent --config /etc/grid/agent.yaml --allow ping,apt,systemd.restart`,
 		Args: exactArgs(),
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
-			logger, err := logs.logger(g.stderr)
-			if err != nil {
-				return err
-			}
-			cfg := agent.DefaultConfig()
-			if configFile != "" {
-				if err := agent.LoadConfig(configFile, &cfg); err != nil {
-					return usageErrorf("%w", err)
-				}
-			}
-			fs := cmd.Flags()
-			setIfChanged(fs, "name", &cfg.Name, flags.Name)
-			setIfChanged(fs, "groups", &cfg.Groups, flags.Groups)
-			setIfChanged(fs, "nats", &cfg.NATSURLs, flags.NATSURLs)
-			setIfChanged(fs, "data-dir", &cfg.DataDir, flags.DataDir)
-			setIfChanged(fs, "allow", &cfg.Allow, flags.Allow)
-			setIfChanged(fs, "check-only", &cfg.CheckOnly, flags.CheckOnly)
-			setIfChanged(fs, "metrics-addr", &cfg.MetricsAddr, flags.MetricsAddr)
-			setIfChanged(fs, "ca-file", &cfg.CAFile, flags.CAFile)
-			setIfChanged(fs, "join-token", &cfg.JoinToken, flags.JoinToken)
-			setIfChanged(fs, "join-token-file", &cfg.JoinTokenFile, flags.JoinTokenFile)
-			if cfg.JoinToken == "" && cfg.JoinTokenFile == "" {
-				cfg.JoinToken = os.Getenv("GRID_JOIN_TOKEN")
-			}
-			cfg.Logger = logger
-			if err := cfg.Validate(); err != nil {
-				return usageErrorf("agent config: %w", err)
-			}
-
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			stopTracing, err := telemetry.StartTracing(ctx, "grid-agent", g.stderr, logger)
+			logger, err := opts.Logs.Logger(g.stderr)
 			if err != nil {
 				return usageErrorf("%w", err)
 			}
-			defer stopTracing()
-			a, err := agent.New(cfg)
+			cfg, err := opts.Config(cmd.Flags(), os.Getenv)
 			if err != nil {
-				return fmt.Errorf("agent: %w", err)
+				return usageErrorf("%w", err)
 			}
-			if err := a.Start(ctx); err != nil {
-				return fmt.Errorf("start agent: %w", err)
+			err = agentcmd.Run(cmd.Context(), cfg, logger, g.stderr, agentcmd.Hooks{Tracing: traceexport.StartTracing})
+			if ue := (*agentcmd.ErrUsage)(nil); errors.As(err, &ue) {
+				return usageErrorf("%w", ue.Err)
 			}
-			logger.Info("agent running", "name", cfg.Name, "groups", cfg.Groups)
-			<-a.Done()
-			return nil
+			return err
 		}),
 	}
-	def := agent.DefaultConfig()
-	f := cmd.Flags()
-	f.StringVar(&configFile, "config", "", "YAML config file")
-	f.StringVar(&flags.Name, "name", def.Name, "node id (default: from the config or the host)")
-	f.StringSliceVar(&flags.Groups, "groups", def.Groups, "groups the node is in, comma-separated (web,web.prod)")
-	f.StringSliceVar(&flags.NATSURLs, "nats", def.NATSURLs, "NATS server URLs, comma-separated")
-	f.StringVar(&flags.DataDir, "data-dir", def.DataDir, "directory for agent state")
-	f.StringSliceVar(&flags.Allow, "allow", def.Allow, "backend actions to enable: backend, backend.action or * (comma-separated); dangerous ones only when named")
-	f.StringSliceVar(&flags.CheckOnly, "check-only", def.CheckOnly, "backend actions to run in check mode only, changing nothing: backend, backend.action or * (comma-separated)")
-	f.StringVar(&flags.MetricsAddr, "metrics-addr", def.MetricsAddr, "serve /metrics, /healthz and /readyz on this address (host:port); off when empty")
-	f.StringVar(&flags.CAFile, "ca-file", def.CAFile, "CA of the controllers' certificates (a controller's DATA_DIR/ca.pem); set, the agent connects with TLS and its own key and enrolls")
-	f.StringVar(&flags.JoinToken, "join-token", "", "join token for the first enrollment (a controller's DATA_DIR/join-token; or GRID_JOIN_TOKEN)")
-	f.StringVar(&flags.JoinTokenFile, "join-token-file", "", "file holding the join token")
-	logs.register(f, "info")
+	opts.Register(cmd.Flags())
 	return cmd
 }

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -28,6 +29,11 @@ type benchFlags struct {
 	insecure  bool
 	ctlDir    string
 	logs      logOptions
+	// The agent processes of bench fanout --agent-procs.
+	agentBin       string
+	agentLogLevel  string
+	agentDebugPort int
+	agentEnv       []string
 
 	cpuFile *os.File
 }
@@ -64,7 +70,7 @@ Progress goes to stderr; the result is a table, or JSON with -o json.`,
 	pf.StringVar(&bf.ctlDir, "controller-data-dir", "", "with --addr: the controller's data dir on this machine (its CA, join token and client certificate); empty for an insecure controller")
 	pf.BoolVar(&bf.insecure, "insecure", false, "embedded controller without NATS TLS and authentication (to measure their cost)")
 	bf.logs.register(pf, "error")
-	cmd.AddCommand(newBenchFanoutCommand(g, bf), newBenchThroughputCommand(g, bf), newBenchRegisterCommand(g, bf))
+	cmd.AddCommand(newBenchFanoutCommand(g, bf), newBenchThroughputCommand(g, bf), newBenchRegisterCommand(g, bf), newBenchResponderCommand())
 	return cmd
 }
 
@@ -95,7 +101,8 @@ func benchSetup(cmd *cobra.Command, g *globals, bf *benchFlags) (context.Context
 		_, _ = fmt.Fprintf(g.stderr, "warning: open-files limit is %d, %d agents may need %d (%v)\n", got, bf.agents, want, err)
 	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-	opts := bench.Options{Heartbeat: bf.heartbeat, StartParallel: bf.parallel, Progress: g.stderr, Logger: logger, Token: g.token, Insecure: bf.insecure, ControllerDataDir: bf.ctlDir, CAFile: g.cacert}
+	opts := bench.Options{Heartbeat: bf.heartbeat, StartParallel: bf.parallel, Progress: g.stderr, Logger: logger, Token: g.token, Insecure: bf.insecure, ControllerDataDir: bf.ctlDir, CAFile: g.cacert,
+		AgentBin: bf.agentBin, AgentLogLevel: bf.agentLogLevel, AgentDebugPort: bf.agentDebugPort, AgentEnv: bf.agentEnv}
 	if external {
 		opts.APIAddr, opts.NATSURL = g.addr, bf.nats
 	}
@@ -179,7 +186,14 @@ func printBench[T interface{ Table(w io.Writer) }](g *globals, r T) error {
 }
 
 func newBenchFanoutCommand(g *globals, bf *benchFlags) *cobra.Command {
-	var rounds int
+	var (
+		rounds        int
+		procs         int
+		agentBin      string
+		agentLogLevel string
+		agentDebug    int
+		agentEnv      []string
+	)
 	cmd := &cobra.Command{
 		Use:   "fanout",
 		Short: "Time a one-step ping echo job to every agent, against the raw NATS fan-out floor",
@@ -191,17 +205,48 @@ hold one successful echo from every agent, or the command fails.
 The floor is measured on the same NATS server first: as many plain
 subscribers as agents, one connection each, reply to one core message; a
 round is publish to last reply. ratio_p50 is p50 over the floor's p50.
-One warm-up round of each is not counted.`,
+One warm-up round of each is not counted.
+
+With --agent-procs N the agents are N real "grid agent" processes of the
+deployed build (--agent-bin, default this binary; a grid-agent binary runs as
+grid-agent --config FILE), each with a config file,
+the controller's CA and join token, logging at --agent-log-level to a file;
+the floor is N responder processes ("grid bench responder"), one NATS
+connection each. A round is then timed as the controller saw it (the job's
+created_at to finished_at), and the agents' CPU per command is their
+utime+stime (/proc/<pid>/stat) over the counted rounds divided by N × rounds.`,
+		Example: `  grid bench fanout --agents 1000 --rounds 20
+  grid bench fanout --agent-procs 300 --rounds 10`,
 		Args: exactArgs(),
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
 			if rounds < 1 {
 				return usageErrorf("--rounds must be at least 1, got %d", rounds)
+			}
+			if procs < 0 {
+				return usageErrorf("--agent-procs must not be negative, got %d", procs)
+			}
+			if procs > 0 {
+				if cmd.Flags().Changed("agents") {
+					return usageErrorf("--agents and --agent-procs: give one")
+				}
+				bf.agents = procs
+				if agentBin == "" {
+					exe, err := os.Executable()
+					if err != nil {
+						return fmt.Errorf("--agent-bin: %w", err)
+					}
+					agentBin = exe
+				}
+				bf.agentBin, bf.agentLogLevel, bf.agentDebugPort, bf.agentEnv = agentBin, agentLogLevel, agentDebug, agentEnv
 			}
 			ctx, env, done, err := benchSetup(cmd, g, bf)
 			if err != nil {
 				return err
 			}
 			defer done()
+			if procs > 0 {
+				return runProcFanout(ctx, g, bf, env, procs, rounds)
+			}
 			_, _ = fmt.Fprintf(g.stderr, "bench: floor: %d NATS subscribers\n", bf.agents)
 			floor, err := env.Floor(ctx, bf.agents, max(rounds, 10))
 			if err != nil {
@@ -215,7 +260,7 @@ One warm-up round of each is not counted.`,
 			if err := bf.startProfiles(); err != nil {
 				return err
 			}
-			res, err := env.Fanout(ctx, rounds)
+			res, err := env.Fanout(ctx, rounds, nil)
 			if err != nil {
 				return err
 			}
@@ -223,6 +268,85 @@ One warm-up round of each is not counted.`,
 		}),
 	}
 	cmd.Flags().IntVar(&rounds, "rounds", 10, "jobs to time")
+	cmd.Flags().IntVar(&procs, "agent-procs", 0, "run this many agents as separate grid agent processes (instead of --agents in this process)")
+	cmd.Flags().StringVar(&agentBin, "agent-bin", "", "with --agent-procs: the grid binary to run (default: this one)")
+	cmd.Flags().StringVar(&agentLogLevel, "agent-log-level", "info", "with --agent-procs: the agent processes' --log-level")
+	cmd.Flags().StringArrayVar(&agentEnv, "agent-env", nil, "with --agent-procs: KEY=VALUE added to the agent processes' environment (GOMAXPROCS=1, ...); repeatable")
+	cmd.Flags().IntVar(&agentDebug, "agent-debug-port", 0, "with --agent-procs: serve pprof on 127.0.0.1 from this port up, one port per agent (debug_addr)")
+	return cmd
+}
+
+// idleSample is how long the agent processes' idle CPU is read before the
+// rounds.
+const idleSample = 2 * time.Second
+
+// runProcFanout is bench fanout with agents and floor as real processes.
+func runProcFanout(ctx context.Context, g *globals, bf *benchFlags, env *bench.Env, n, rounds int) error {
+	_, _ = fmt.Fprintf(g.stderr, "bench: floor: %d responder processes\n", n)
+	floor, err := env.FloorProcs(ctx, n, max(rounds, 10))
+	if err != nil {
+		return err
+	}
+	_, _ = fmt.Fprintf(g.stderr, "bench: starting %d agent processes\n", n)
+	took, err := env.StartAgentProcs(ctx, n)
+	if err != nil {
+		return err
+	}
+	_, _ = fmt.Fprintf(g.stderr, "bench: %d agent processes online after %.1fs; reading their idle CPU for %s\n", n, took.Seconds(), idleSample)
+	idle0, err := env.AgentProcsCPU()
+	if err != nil {
+		return err
+	}
+	idleStart := time.Now()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(idleSample):
+	}
+	idle1, err := env.AgentProcsCPU()
+	if err != nil {
+		return err
+	}
+	idle := time.Since(idleStart)
+	_, _ = fmt.Fprintf(g.stderr, "bench: %d rounds\n", rounds)
+	if err := bf.startProfiles(); err != nil {
+		return err
+	}
+	var cpu0 time.Duration
+	var cpuErr error
+	res, err := env.Fanout(ctx, rounds, func() { cpu0, cpuErr = env.AgentProcsCPU() })
+	if err != nil {
+		return err
+	}
+	cpu1, err := env.AgentProcsCPU()
+	if err = errors.Join(cpuErr, err); err != nil {
+		return err
+	}
+	return printBench(g, bench.NewProcFanoutReport(n, res, floor, env.FloorCPUPerMessage(), cpu1-cpu0, idle1-idle0, idle))
+}
+
+func newBenchResponderCommand() *cobra.Command {
+	var natsURL, subject, caFile, cert, key string
+	cmd := &cobra.Command{
+		Use:    "responder",
+		Short:  "A plain NATS responder process: the floor of bench fanout --agent-procs",
+		Hidden: true,
+		Args:   exactArgs(),
+		RunE: runE(func(cmd *cobra.Command, _ []string) error {
+			if natsURL == "" || subject == "" {
+				return usageErrorf("--nats and --subject are required")
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return bench.Respond(ctx, natsURL, subject, caFile, cert, key, cmd.OutOrStdout())
+		}),
+	}
+	f := cmd.Flags()
+	f.StringVar(&natsURL, "nats", "", "NATS URL")
+	f.StringVar(&subject, "subject", "", "subject to answer")
+	f.StringVar(&caFile, "ca-file", "", "CA of the server's certificate")
+	f.StringVar(&cert, "cert", "", "client certificate")
+	f.StringVar(&key, "key", "", "client certificate's key")
 	return cmd
 }
 

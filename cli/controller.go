@@ -9,7 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gridfleet/terraform-provider-grid/controller"
-	"github.com/gridfleet/terraform-provider-grid/internal/telemetry"
+	"github.com/gridfleet/terraform-provider-grid/internal/telemetry/traceexport"
 )
 
 // controllerOptions are the flags of "grid controller".
@@ -55,7 +55,7 @@ start the controller writes an admin token to DATA_DIR/admin-token (mode
 
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			stopTracing, err := telemetry.StartTracing(ctx, "grid-controller", g.stderr, logger)
+			stopTracing, err := traceexport.StartTracing(ctx, "grid-controller", g.stderr, logger)
 			if err != nil {
 				return usageErrorf("%w", err)
 			}

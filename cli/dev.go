@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gridfleet/terraform-provider-grid/internal/fleet"
-	"github.com/gridfleet/terraform-provider-grid/internal/telemetry"
+	"github.com/gridfleet/terraform-provider-grid/internal/telemetry/traceexport"
 )
 
 func newDevCommand(g *globals) *cobra.Command {
@@ -60,7 +60,7 @@ The agents never change this machine. What each backend really does here:
 
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			stopTracing, err := telemetry.StartTracing(ctx, "grid-dev", g.stderr, logger)
+			stopTracing, err := traceexport.StartTracing(ctx, "grid-dev", g.stderr, logger)
 			if err != nil {
 				return usageErrorf("%w", err)
 			}

@@ -75,21 +75,26 @@ more than --max-errors nodes failed or were unreachable, no new node starts.`,
 		DisableFlagParsing: true,
 		RunE:               runE(func(cmd *cobra.Command, args []string) error { return runJob(cmd, g, o, args) }),
 	}
-	f := cmd.Flags()
+	addJobSpecFlags(cmd.Flags(), o)
+	cmd.Flags().BoolVar(&o.wait, "wait", false, "wait for the job to finish and print its results")
+	return cmd
+}
+
+// addJobSpecFlags registers the flags that make a job spec (job run and
+// schedule create share them).
+func addJobSpecFlags(f *pflag.FlagSet, o *runOptions) {
 	f.StringVarP(&o.file, "file", "f", "", "job file (YAML or JSON); - reads stdin")
 	f.StringVar(&o.target, "target", "", "target: all, any, group:NAME or node:ID (overrides the file's)")
 	f.StringVar(&o.strategy, "strategy", "", "fail-fast or continue (overrides the file's)")
 	// This --timeout shadows the global request timeout: for a job run the
 	// useful timeout is the job's.
 	f.StringVar(&o.timeout, "timeout", "", "job timeout, e.g. 10m (overrides the file's)")
-	f.BoolVar(&o.wait, "wait", false, "wait for the job to finish and print its results")
 	f.BoolVar(&o.check, "check", false, "check mode: report what would change without changing it")
 	f.StringVar(&o.maxConcurrency, "max-concurrency", "", "most nodes running a step at once: a count or a percentage, e.g. 10% (overrides the file's)")
 	f.StringVar(&o.maxErrors, "max-errors", "", "failed or unreachable nodes tolerated before no new node starts: a count or a percentage (overrides the file's)")
 	f.StringArrayVarP(&o.params, "param", "p", nil, "task parameter name=value (repeatable)")
 	f.IntVar(&o.priority, "priority", api.DefaultPriority, "priority from 0 (lowest) to 9 (highest) among jobs waiting for a free slot")
 	f.StringVar(&o.notBefore, "not-before", "", "start no earlier than this RFC 3339 time or duration from now (e.g. 10m)")
-	return cmd
 }
 
 // runArgs is the command line of "job run" split into GRID's own flags,
@@ -186,34 +191,11 @@ func flagLookup(fs *pflag.FlagSet) func(string, bool) (bool, bool) {
 }
 
 func runJob(cmd *cobra.Command, g *globals, o *runOptions, args []string) error {
-	// With flag parsing disabled cobra neither merges the global flags into
-	// the command's set nor parses them; do both here.
-	_ = cmd.InheritedFlags()
-	fs := cmd.Flags()
-	ra, err := parseRunArgs(args, flagLookup(fs))
-	if err != nil {
+	ra, help, err := parseJobCommandLine(cmd, o, args)
+	if err != nil || help {
 		return err
 	}
-	if err := fs.Parse(ra.flags); err != nil {
-		return usageErrorf("%w", err)
-	}
-	if help, _ := fs.GetBool("help"); help {
-		return cmd.Help()
-	}
-	for _, p := range o.params {
-		name, value, ok := strings.Cut(p, "=")
-		if !ok {
-			return usageErrorf("--param %q: want name=value", p)
-		}
-		if ra.params == nil {
-			ra.params = api.Params{}
-		}
-		if _, dup := ra.params[name]; dup {
-			return usageErrorf("parameter %s given twice", name)
-		}
-		ra.params[name] = value
-	}
-	spec, err := buildSpec(o, ra, fs.Changed)
+	spec, err := buildSpec(o, ra, cmd.Flags().Changed)
 	if err != nil {
 		return err
 	}
@@ -255,6 +237,40 @@ func runJob(cmd *cobra.Command, g *globals, o *runOptions, args []string) error 
 		return err
 	}
 	return jobOutcome(final)
+}
+
+// parseJobCommandLine parses a command line of job spec flags, positional
+// arguments and inline task parameters (see parseRunArgs). help is true
+// when --help was given and answered.
+func parseJobCommandLine(cmd *cobra.Command, o *runOptions, args []string) (ra runArgs, help bool, err error) {
+	// With flag parsing disabled cobra neither merges the global flags into
+	// the command's set nor parses them; do both here.
+	_ = cmd.InheritedFlags()
+	fs := cmd.Flags()
+	ra, err = parseRunArgs(args, flagLookup(fs))
+	if err != nil {
+		return runArgs{}, false, err
+	}
+	if err := fs.Parse(ra.flags); err != nil {
+		return runArgs{}, false, usageErrorf("%w", err)
+	}
+	if h, _ := fs.GetBool("help"); h {
+		return runArgs{}, true, cmd.Help()
+	}
+	for _, p := range o.params {
+		name, value, ok := strings.Cut(p, "=")
+		if !ok {
+			return runArgs{}, false, usageErrorf("--param %q: want name=value", p)
+		}
+		if ra.params == nil {
+			ra.params = api.Params{}
+		}
+		if _, dup := ra.params[name]; dup {
+			return runArgs{}, false, usageErrorf("parameter %s given twice", name)
+		}
+		ra.params[name] = value
+	}
+	return ra, false, nil
 }
 
 // buildSpec turns the parsed command line into a validated job spec.
@@ -478,6 +494,7 @@ func newJobListCommand(g *globals) *cobra.Command {
 	cmd.Flags().StringVar(&q.Cursor, "cursor", "", "continue after this job (printed when there are more)")
 	cmd.Flags().StringVar(&status, "status", "", "only jobs in this state: "+strings.Join(api.JobStatusNames(), ", "))
 	cmd.Flags().StringVar(&q.SubmittedBy, "submitted-by", "", "only jobs submitted with this token name")
+	cmd.Flags().StringVar(&q.ScheduleID, "schedule", "", "only jobs a schedule submitted")
 	return cmd
 }
 

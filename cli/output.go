@@ -150,6 +150,9 @@ func writeJobTable(w io.Writer, j *api.Job, now time.Time) error {
 	steps := api.Flatten(j.Tasks)
 	_, _ = fmt.Fprintf(tw, "job:\t%s\n", j.ID)
 	_, _ = fmt.Fprintf(tw, "status:\t%s\n", j.Status)
+	if j.StatusReason != "" {
+		_, _ = fmt.Fprintf(tw, "waiting:\t%s\n", j.StatusReason)
+	}
 	_, _ = fmt.Fprintf(tw, "target:\t%s\n", j.Target)
 	_, _ = fmt.Fprintf(tw, "strategy:\t%s\n", strategy)
 	if j.Timeout != "" {
@@ -175,6 +178,9 @@ func writeJobTable(w io.Writer, j *api.Job, now time.Time) error {
 	_, _ = fmt.Fprintf(tw, "steps:\t%d\n", len(steps))
 	if j.SubmittedBy != "" {
 		_, _ = fmt.Fprintf(tw, "submitted by:\t%s\n", j.SubmittedBy)
+	}
+	if j.ScheduleID != "" {
+		_, _ = fmt.Fprintf(tw, "schedule:\t%s\n", j.ScheduleID)
 	}
 	if !j.CreatedAt.IsZero() {
 		_, _ = fmt.Fprintf(tw, "created:\t%s\n", j.CreatedAt.Local().Format(time.RFC3339))
@@ -204,8 +210,11 @@ func writeJobTable(w io.Writer, j *api.Job, now time.Time) error {
 				continue
 			}
 			text := r.Output
-			if r.Error != "" {
+			switch {
+			case r.Error != "":
 				text = "error: " + r.Error
+			case r.StatusReason != "":
+				text = r.StatusReason
 			}
 			status := r.Status
 			if r.Attempts > 1 {
@@ -326,6 +335,9 @@ func progressLines(j *api.Job, elapsed time.Duration) []string {
 	}
 	if last < len(steps) {
 		lines = append(lines, fmt.Sprintf("  … %d more steps", len(steps)-last))
+	}
+	if j.StatusReason != "" {
+		lines = append(lines, "  "+j.StatusReason)
 	}
 	return lines
 }

@@ -67,3 +67,26 @@ func TestJobTableNotRun(t *testing.T) {
 		}
 	}
 }
+
+// A job held back by a rate limit says so in the table and the progress
+// view, and each waiting node says why.
+func TestJobTableRateLimited(t *testing.T) {
+	const jobReason = "rate limited: apt.install 20 per 1m: 80 node starts waiting, next slot in 12s (at 10:00:12Z)"
+	const nodeReason = "rate limited: apt.install 20 per 1m: next slot in 12s (at 10:00:12Z)"
+	j := &api.Job{ID: "j", Status: api.JobRunning, Target: api.Target{Scope: api.ScopeAll}, StatusReason: jobReason,
+		Tasks: []api.Phase{{Backend: "apt", Action: "install"}}, Expected: []string{"a", "b"},
+		Results: api.JobResults{0: {"a": {Status: api.StepSuccess}, "b": {Status: api.StepPending, StatusReason: nodeReason}}}}
+	var b bytes.Buffer
+	if err := writeJobTable(&b, j, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"waiting:   " + jobReason, "b     pending  -         no       " + truncate(nodeReason, 60)} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, b.String())
+		}
+	}
+	lines := progressLines(j, time.Second)
+	if last := lines[len(lines)-1]; !strings.Contains(last, jobReason) {
+		t.Errorf("progress view %q lacks the reason", lines)
+	}
+}

@@ -142,7 +142,7 @@ Started by Terraform, the same binary serves the Terraform provider.`,
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	pf := root.PersistentFlags()
-	pf.StringVar(&g.addr, "addr", def.Address, "controller API address (env GRID_ADDR)")
+	pf.StringVar(&g.addr, "addr", def.Address, "controller API address, or several of a cluster comma-separated (env GRID_ADDR)")
 	pf.StringVarP(&g.output, "output", "o", "table", "output format: table or json")
 	pf.StringVar(&g.token, "token", def.Token, "bearer token for the controller API (env GRID_TOKEN)")
 	pf.StringVar(&g.cert, "client-cert", def.CertFile, "client certificate (PEM) for a controller that requires one (api_client_ca) (env GRID_CLIENT_CERT)")
@@ -156,6 +156,7 @@ Started by Terraform, the same binary serves the Terraform provider.`,
 
 	root.AddCommand(
 		newJobCommand(g),
+		newScheduleCommand(g),
 		newNodeCommand(g),
 		newStatusCommand(g),
 		newBackendsCommand(g),

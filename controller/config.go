@@ -104,6 +104,11 @@ type Config struct {
 	// 404 after it): the jobs bucket holds running and pending jobs plus
 	// this much history.
 	JobRetention config.Duration `yaml:"job_retention"`
+	// ScheduleGrace is how late a schedule's tick may fire. A tick later
+	// than that (every controller was down) is missed, and the schedule's
+	// catch_up says what happens: skip fires nothing for the missed ticks,
+	// run_once fires one job for them all.
+	ScheduleGrace config.Duration `yaml:"schedule_grace"`
 	// MaxBodyBytes caps request bodies; larger ones get 413.
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
 	// Allow is the controller's own policy of submittable actions: entries
@@ -128,6 +133,10 @@ type Config struct {
 	// 0 sets none. GOMEMLIMIT or GOGC in the environment take precedence:
 	// with either set, the runtime's own settings are left alone.
 	MemoryLimit ByteSize `yaml:"memory_limit"`
+	// RateLimits bound how many tasks of an action start per window across
+	// the cluster (see RateLimit); every controller of a cluster should
+	// list the same ones. A job held back by a limit waits, never fails.
+	RateLimits RateLimits `yaml:"rate_limits"`
 
 	// Logger receives the controller's logs; nil logs nothing (as everywhere
 	// in GRID: internal/config.Logger).
@@ -155,6 +164,7 @@ func DefaultConfig() Config {
 		HeartbeatInterval:    config.Duration(5 * time.Second),
 		ControllerStaleAfter: config.Duration(15 * time.Second),
 		JobRetention:         config.Duration(7 * 24 * time.Hour),
+		ScheduleGrace:        config.Duration(time.Minute),
 		MaxBodyBytes:         api.MaxJobFileBytes,
 		DangerousRoles:       []api.Role{api.RoleAdmin},
 		MemoryLimit:          DefaultMemoryLimit,
@@ -212,6 +222,9 @@ func (c Config) Validate() error {
 	if c.MaxPending < 1 {
 		errs = append(errs, fmt.Errorf("max_pending must be at least 1, got %d", c.MaxPending))
 	}
+	if c.ScheduleGrace.D() < time.Second {
+		errs = append(errs, fmt.Errorf("schedule_grace must be at least 1s, got %s", c.ScheduleGrace.D()))
+	}
 	if c.MaxDeliveries < 2 {
 		errs = append(errs, fmt.Errorf("max_deliveries must be at least 2, got %d", c.MaxDeliveries))
 	}
@@ -241,6 +254,9 @@ func (c Config) Validate() error {
 			_, err := api.ParseRole(string(r))
 			errs = append(errs, fmt.Errorf("dangerous_roles[%d]: %w", i, err))
 		}
+	}
+	if err := validateRateLimits(c.RateLimits); err != nil {
+		errs = append(errs, err)
 	}
 	if c.MaxBodyBytes < 1024 {
 		errs = append(errs, fmt.Errorf("max_body_bytes must be at least 1024, got %d", c.MaxBodyBytes))

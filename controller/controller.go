@@ -25,6 +25,7 @@ import (
 	"github.com/gridfleet/terraform-provider-grid/api"
 	"github.com/gridfleet/terraform-provider-grid/backends"
 	"github.com/gridfleet/terraform-provider-grid/internal/bus"
+	"github.com/gridfleet/terraform-provider-grid/internal/bus/embedded"
 	"github.com/gridfleet/terraform-provider-grid/internal/seal"
 	"github.com/gridfleet/terraform-provider-grid/internal/telemetry"
 )
@@ -58,6 +59,18 @@ type Controller struct {
 	// holds them while their job may run.
 	box       *seal.Box
 	secretsKV jetstream.KeyValue
+	// limits are the configured rate limits (nil: none); rateKV holds
+	// their shared windows; rateMismatch the limits whose window another
+	// controller wrote under other numbers (logged once).
+	limits       *rateLimits
+	rateKV       jetstream.KeyValue
+	rateMismatch sync.Map
+	// scheds are the cron schedules (schedules.go); scheduleClaimed, when
+	// set, is called after this controller claims a tick and before it
+	// submits the tick's job, and returning true stops there (tests
+	// simulate a crash in between with it).
+	scheds          *scheduleStore
+	scheduleClaimed atomic.Pointer[func(jobID string) bool]
 
 	httpSrv  *http.Server
 	debugSrv *http.Server
@@ -113,6 +126,7 @@ func New(cfg Config) (*Controller, error) {
 	c.livePeers.Store(-1)
 	// Validate has checked the entries.
 	c.allow, _ = parseAllow(cfg.Allow)
+	c.limits = newRateLimits(cfg.RateLimits)
 	return c, nil
 }
 
@@ -237,6 +251,14 @@ func (c *Controller) Start(ctx context.Context) error {
 	if c.secretsKV, err = c.js.KeyValue(setupCtx, api.BucketJobSecrets); err != nil {
 		return fail(err)
 	}
+	if c.rateKV, err = c.js.KeyValue(setupCtx, api.BucketRateLimits); err != nil {
+		return fail(err)
+	}
+	schedsKV, err := c.js.KeyValue(setupCtx, api.BucketSchedules)
+	if err != nil {
+		return fail(err)
+	}
+	c.scheds = &scheduleStore{kv: schedsKV}
 	nodesKV, err := c.js.KeyValue(setupCtx, api.BucketNodes)
 	if err != nil {
 		return fail(err)
@@ -345,6 +367,7 @@ func (c *Controller) Start(ctx context.Context) error {
 	intakeCtx, stopIntake := context.WithCancel(runCtx)
 	c.intake.Go(func() { c.schedule(intakeCtx) })
 	c.intake.Go(func() { c.recoverLoop(intakeCtx) })
+	c.intake.Go(func() { c.scheduleLoop(intakeCtx) })
 	c.loops.Go(func() { c.heartbeat(runCtx) })
 	c.loops.Go(func() { c.sweepJobs(runCtx) })
 	c.mu.Lock()
@@ -424,7 +447,7 @@ func (c *Controller) startNATS(ctx context.Context, id string) (*server.Server, 
 	if port == 0 {
 		port = -1
 	}
-	sc := bus.ServerConfig{Name: id, Host: host, Port: port, DataDir: c.cfg.DataDir + "/jetstream",
+	sc := embedded.ServerConfig{Name: id, Host: host, Port: port, DataDir: c.cfg.DataDir + "/jetstream",
 		ClusterName: c.cfg.ClusterName, Routes: c.cfg.Routes}
 	if c.cfg.ClusterAddr != "" {
 		ch, cp, err := net.SplitHostPort(c.cfg.ClusterAddr)
@@ -442,7 +465,7 @@ func (c *Controller) startNATS(ctx context.Context, id string) (*server.Server, 
 			sc.ClusterTLS = c.sec.clusterTLS
 		}
 	}
-	return bus.StartServer(ctx, sc)
+	return embedded.StartServer(ctx, sc)
 }
 
 // heartbeat keeps this controller's entry in the controllers bucket fresh.

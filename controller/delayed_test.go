@@ -116,9 +116,16 @@ func TestDelayedJobSurvivesFailover(t *testing.T) {
 		cfg.ControllerStaleAfter = config.Duration(time.Second)
 	})
 	a, b := p.clients["ctl-a"], p.clients["ctl-b"]
-	waitFor(t, 10*time.Second, "the node online", func() bool {
-		n, err := b.ListNodes(ctx)
-		return err == nil && len(n) == 1 && n[0].Status == api.NodeOnline
+	// Both controllers must know the node and its backends: the job is
+	// validated against them on ctl-a and run by ctl-b.
+	waitFor(t, 10*time.Second, "the node's ping backend on both controllers", func() bool {
+		for _, c := range []*api.Client{a, b} {
+			cat, err := c.Backends(ctx)
+			if err != nil || cat.Nodes["ping"] != 1 {
+				return false
+			}
+		}
+		return true
 	})
 	j := mustSubmit(t, a, delayedEcho("2s"))
 	time.Sleep(500 * time.Millisecond)

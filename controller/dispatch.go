@@ -107,6 +107,7 @@ func (r *run) markDispatched(s api.FlatStep, nodes []*nodeRun, attempt int) {
 				m[n.id] = res
 			}
 			res.Status = api.StepDispatched
+			res.StatusReason = ""
 			res.Attempts = attempt
 			res.Events = append(res.Events, api.Event{Status: api.StepDispatched, Time: ts, Attempt: attempt})
 		}

@@ -55,6 +55,15 @@ func (c *Controller) lastDelivery(m jetstream.Msg) bool {
 	return err == nil && md.NumDelivered >= uint64(c.cfg.MaxDeliveries)
 }
 
+// busUnavailable reports an error of the bus itself, not of what was asked
+// of it: no stream or responder answered in time, or the connection is down.
+func busUnavailable(err error) bool {
+	return errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrConnectionReconnecting) ||
+		errors.Is(err, nats.ErrDisconnected)
+}
+
 // deadLetter moves a request to the dead-letter stream with the reason,
 // marks its job failed (if it can be read) and removes the request. If the
 // dead letter cannot be stored the request is put back instead: it is

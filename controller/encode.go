@@ -65,8 +65,11 @@ type jobTail struct {
 	FinishedAt  *time.Time `json:"finished_at,omitempty"`
 	Nodes       []string   `json:"nodes,omitempty"`
 	RetryOf     string     `json:"retry_of,omitempty"`
+	ScheduleID  string     `json:"schedule_id,omitempty"`
 	Priority    int        `json:"priority,omitempty"`
 	NotBefore   *time.Time `json:"not_before,omitempty"`
+	// StatusReason: see api.Job.
+	StatusReason string `json:"status_reason,omitempty"`
 }
 
 // encode returns the job's JSON.
@@ -79,7 +82,7 @@ func (e *jobEncoder) encode(j *api.Job) ([]byte, error) {
 	}
 	tail, err := json.Marshal(jobTail{Error: j.Error, Owner: j.Owner, SubmittedBy: j.SubmittedBy, TraceID: j.TraceID, TraceParent: j.TraceParent,
 		CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt, StartedAt: j.StartedAt, FinishedAt: j.FinishedAt,
-		Nodes: j.Nodes, RetryOf: j.RetryOf, Priority: j.Priority, NotBefore: j.NotBefore})
+		Nodes: j.Nodes, RetryOf: j.RetryOf, ScheduleID: j.ScheduleID, Priority: j.Priority, NotBefore: j.NotBefore, StatusReason: j.StatusReason})
 	if err != nil {
 		return nil, err
 	}

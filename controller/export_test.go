@@ -17,3 +17,10 @@ func (c *Controller) APIRoutes() []RouteRole {
 	}
 	return out
 }
+
+// OnScheduleClaim sets a function called after this controller claims a
+// schedule's tick and before it submits the tick's job; when it returns
+// true the controller stops there, as if it had crashed in between.
+func (c *Controller) OnScheduleClaim(fn func(jobID string) bool) {
+	c.scheduleClaimed.Store(&fn)
+}

@@ -57,6 +57,14 @@ func (c *Controller) apiRoutes() []route {
 		{"GET /dlq", api.RoleRead, h(c.handleDLQList)},
 		{"POST /dlq/{id}/replay", api.RoleOperator, h(c.handleDLQReplay)},
 		{"DELETE /dlq/{id}", api.RoleOperator, h(c.handleDLQDrop)},
+		// Schedules (schedules_http.go).
+		{"POST /schedules", api.RoleOperator, h(c.handleCreateSchedule)},
+		{"GET /schedules", api.RoleRead, h(c.handleListSchedules)},
+		{"GET /schedule/{id}", api.RoleRead, h(c.handleGetSchedule)},
+		{"PUT /schedule/{id}", api.RoleOperator, h(c.handleUpdateSchedule)},
+		{"POST /schedule/{id}/pause", api.RoleOperator, h(c.handlePause(true))},
+		{"POST /schedule/{id}/resume", api.RoleOperator, h(c.handlePause(false))},
+		{"DELETE /schedule/{id}", api.RoleOperator, h(c.handleDeleteSchedule)},
 		// Anything else is 404, to callers with a token.
 		{"/", api.RoleMetrics, h(func(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path))
@@ -101,99 +109,14 @@ func (c *Controller) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	by := principalFrom(r.Context())
-	if err := c.checkPolicy(cat, job, by); err != nil {
-		writeError(w, http.StatusForbidden, err.Error())
-		return
-	}
-	// The answer shows the nodes the target resolves to now (the seed's
-	// API did); the job resolves it again when it starts.
-	online, offline := c.reg.preview(job.Target)
-	if err := validateOnNodes(job, c.reg.catalogsOf(online)); err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	// Sensitive values leave the job here: it is stored and answered with
-	// (sensitive) in their place.
-	secrets, err := extractSensitive(job, cat)
+	job, code, err := c.submit(r.Context(), job, cat, principalFrom(r.Context()))
 	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	if err := c.checkJobSize(job); err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	pending, err := c.pendingCount(r.Context(), c.cfg.MaxPending)
-	if err != nil {
-		writeError(w, http.StatusServiceUnavailable, err.Error())
-		return
-	}
-	if pending >= c.cfg.MaxPending {
-		c.metrics.admissionRejected.Inc()
-		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusTooManyRequests, fmt.Sprintf("job queue is full (%d pending, max_pending %d); retry later", pending, c.cfg.MaxPending))
-		return
-	}
-	now := time.Now().UTC()
-	job.ID = newJobID()
-	job.Status = api.JobPending
-	if job.NotBefore != nil && job.NotBefore.After(now) {
-		// Queued now like any job; a claim before not_before puts the
-		// request back until then (see claim), so the wait is kept by the
-		// replicated consumer and outlives any controller.
-		job.Status = api.JobWaiting
-	}
-	job.SubmittedBy = by.Name
-	job.Expected, job.Unreachable = online, offline
-	if job.Expected == nil {
-		job.Expected = []string{}
-	}
-	job.CreatedAt, job.UpdatedAt = now, now
-	if job.Strategy == "" {
-		job.Strategy = api.StrategyFailFast
-	}
-	stampTrace(r.Context(), job)
-	if len(secrets) > 0 {
-		if err := c.storeSecrets(r.Context(), job.ID, secrets); err != nil {
-			writeError(w, http.StatusServiceUnavailable, err.Error())
-			return
+		if code == http.StatusTooManyRequests {
+			w.Header().Set("Retry-After", "1")
 		}
-	}
-	rev, stored, err := c.jobs.create(r.Context(), job)
-	if err != nil {
-		// The write may have landed without its answer (a server failing
-		// over); such a job has no request and would stay pending, so
-		// mark it failed if it exists.
-		mctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_, _, _ = c.jobs.mutate(mctx, job.ID, func(j *api.Job) bool {
-			if j.Status != api.JobPending && j.Status != api.JobWaiting {
-				return false
-			}
-			j.Status, j.Error = api.JobFailed, "could not store the job: "+err.Error()
-			return true
-		})
-		writeError(w, http.StatusServiceUnavailable, err.Error())
+		writeError(w, code, err.Error())
 		return
 	}
-	c.jobIdx.put(job.ID, stored, job.CreatedAt, rev)
-	// The message id makes a retried publish harmless (the stream drops a
-	// duplicate), so it can ride out a stream leader election in a cluster.
-	req := requestMsg(job.ID, rev, stored)
-	req.Subject = api.PriorityRequestSubject(job.Priority, job.ID)
-	if _, err := c.js.PublishMsg(r.Context(), req,
-		jetstream.WithMsgID(job.ID), jetstream.WithRetryAttempts(20), jetstream.WithRetryWait(250*time.Millisecond)); err != nil {
-		// Without its request no scheduler would ever see the job.
-		_, _, _ = c.jobs.mutate(context.Background(), job.ID, func(j *api.Job) bool {
-			j.Status, j.Error = api.JobFailed, "could not queue the job: "+err.Error()
-			return true
-		})
-		writeError(w, http.StatusServiceUnavailable, "queue job: "+err.Error())
-		return
-	}
-	c.metrics.jobsSubmitted.Inc()
-	jobLogger(c.log, job).Info("job submitted", "by", by.Name, "target", job.Target.String(), "steps", api.LeafCount(job.Tasks))
 	writeJSON(w, http.StatusAccepted, job)
 }
 
@@ -476,7 +399,7 @@ const (
 
 // handleListJobs answers one page of jobs, newest first: ?limit= (default
 // 100, at most 1000), ?cursor= (api.JobCursor of the last job of the
-// previous page), ?status= and ?submitted_by= filters. It picks the page
+// previous page), ?status=, ?submitted_by= and ?schedule_id= filters. It picks the page
 // from the in-memory index and reads only those jobs.
 func (c *Controller) handleListJobs(w http.ResponseWriter, r *http.Request) {
 	q, err := parseJobQuery(r.URL.Query())
@@ -512,7 +435,8 @@ func (c *Controller) handleListJobs(w http.ResponseWriter, r *http.Request) {
 
 // parseJobQuery reads GET /jobs's query parameters.
 func parseJobQuery(v url.Values) (jobQuery, error) {
-	q := jobQuery{limit: defaultJobsLimit, status: api.JobStatus(v.Get("status")), submittedBy: v.Get("submitted_by")}
+	q := jobQuery{limit: defaultJobsLimit, status: api.JobStatus(v.Get("status")), submittedBy: v.Get("submitted_by"),
+		scheduleID: v.Get("schedule_id")}
 	if s := v.Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || n > maxJobsLimit {

@@ -36,6 +36,7 @@ type indexEntry struct {
 	created     time.Time
 	finished    time.Time
 	submittedBy string
+	scheduleID  string
 	owner       string
 	ops         []string
 	// rev is the revision of the job the entry was last taken from.
@@ -47,6 +48,7 @@ type indexFields struct {
 	ID          string        `json:"id"`
 	Status      api.JobStatus `json:"status"`
 	SubmittedBy string        `json:"submitted_by"`
+	ScheduleID  string        `json:"schedule_id"`
 	Owner       string        `json:"owner"`
 	CreatedAt   time.Time     `json:"created_at"`
 	FinishedAt  *time.Time    `json:"finished_at"`
@@ -128,7 +130,7 @@ func (x *jobIndex) put(key string, data []byte, written time.Time, rev uint64) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if e = x.entries[key]; e == nil {
-		e = &indexEntry{id: key, ops: ops, created: f.CreatedAt, submittedBy: f.SubmittedBy}
+		e = &indexEntry{id: key, ops: ops, created: f.CreatedAt, submittedBy: f.SubmittedBy, scheduleID: f.ScheduleID}
 		x.entries[key] = e
 		for _, op := range ops {
 			x.ops[op]++
@@ -189,6 +191,7 @@ type jobQuery struct {
 	after       *cursor
 	status      api.JobStatus
 	submittedBy string
+	scheduleID  string
 }
 
 // cursor is a position in the newest-first order: a job's creation time
@@ -222,6 +225,9 @@ func (x *jobIndex) page(q jobQuery) []string {
 			continue
 		}
 		if q.submittedBy != "" && e.submittedBy != q.submittedBy {
+			continue
+		}
+		if q.scheduleID != "" && e.scheduleID != q.scheduleID {
 			continue
 		}
 		if q.after != nil && !q.after.before(e) {

@@ -30,6 +30,13 @@ type metrics struct {
 	apiRefused        *prometheus.CounterVec
 	// jobNodes counts the nodes of finished jobs by outcome.
 	jobNodes *prometheus.CounterVec
+	// rateLimited counts task starts a rate limit delayed; rateWaiting
+	// is how many wait now, by the limit's action.
+	rateLimited *prometheus.CounterVec
+	rateWaiting *prometheus.GaugeVec
+	// scheduleFired and scheduleSkipped count schedule ticks (schedules.go).
+	scheduleFired   prometheus.Counter
+	scheduleSkipped *prometheus.CounterVec
 }
 
 func newMetrics(c *Controller) *metrics {
@@ -86,9 +93,26 @@ func newMetrics(c *Controller) *metrics {
 			Name: "grid_job_nodes_total",
 			Help: "Nodes of the jobs this controller finished, by outcome (targeted, succeeded, failed, unreachable, not_started).",
 		}, []string{"outcome"}),
+		rateLimited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "grid_rate_limited_total",
+			Help: "Task starts this controller's runs held back by a rate limit (each counted once, when it first finds no unit), by the limit's action.",
+		}, []string{"action"}),
+		rateWaiting: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "grid_rate_limited_waiting",
+			Help: "Task starts of this controller's runs waiting now for a rate limit's unit, by the limit's action.",
+		}, []string{"action"}),
+		scheduleFired: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "grid_schedule_fired_total",
+			Help: "Schedule ticks whose job this controller confirmed submitted (each tick counts once across the cluster).",
+		}),
+		scheduleSkipped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "grid_schedule_skipped_total",
+			Help: "Schedule ticks that fired no job, by reason: overlap (the previous job had not finished), missed (catch_up skip after no controller fired them in time), refused (the job was refused at submission).",
+		}, []string{"reason"}),
 	}
 	m.reg.MustRegister(m.jobsSubmitted, m.jobsFinished, m.admissionRejected, m.deadLettered, m.jobDuration,
 		m.stepDuration, m.firstResult, m.taskResults, m.retries, m.heartbeats, m.apiRefused, m.jobNodes,
+		m.rateLimited, m.rateWaiting, m.scheduleFired, m.scheduleSkipped,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "grid_jobs_running",
 			Help: "Jobs this controller is running.",

@@ -266,10 +266,11 @@ func TestOneTraceFromAPIToBackend(t *testing.T) {
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	// Debug level: an agent logs a task that succeeded only there.
 	logs := &syncBuffer{}
 	f := fleettest.Start(t, fleet.Options{
 		Agents:     1,
-		Logger:     slog.New(slog.NewJSONHandler(logs, nil)),
+		Logger:     slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Controller: func(c *controller.Config) { c.TracerProvider = tp },
 		Agent:      func(_ int, c *agent.Config) { c.TracerProvider = tp },
 	})

@@ -8,7 +8,7 @@ import (
 	"github.com/gridfleet/terraform-provider-grid/agent"
 	"github.com/gridfleet/terraform-provider-grid/api"
 	"github.com/gridfleet/terraform-provider-grid/controller"
-	"github.com/gridfleet/terraform-provider-grid/internal/bus"
+	"github.com/gridfleet/terraform-provider-grid/internal/bus/embedded"
 	"github.com/gridfleet/terraform-provider-grid/internal/config"
 )
 
@@ -24,7 +24,7 @@ type peers struct {
 // agents (heartbeat 200ms). Everything stops when the test ends.
 func startPeers(ctx context.Context, t *testing.T, ctlNames, agentNames []string, tweak func(*controller.Config)) *peers {
 	t.Helper()
-	ns, err := bus.StartServer(ctx, bus.ServerConfig{Port: -1, DataDir: t.TempDir()})
+	ns, err := embedded.StartServer(ctx, embedded.ServerConfig{Port: -1, DataDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

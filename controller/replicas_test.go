@@ -154,6 +154,7 @@ func logged(logs *syncBuffer, level, msg string) bool {
 // routes and raises every stream and bucket to it, and /status and the
 // metrics show three current replicas and a leader for each.
 func TestClusterReplicasDefaultRaisesAndWarns(t *testing.T) {
+	runsInChaos(t)
 	cfgs := clusterConfigs(t, 3, 1)
 	members := make([]*clusterMember, len(cfgs))
 	for i, cfg := range cfgs {

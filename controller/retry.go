@@ -161,9 +161,7 @@ func (s *jobStore) delete(ctx context.Context, id string, rev uint64) error {
 	if err == nil {
 		return nil
 	}
-	var apiErr *jetstream.APIError
-	if (errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence) ||
-		errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+	if isRevisionConflict(err) {
 		return errConflict
 	}
 	return fmt.Errorf("delete job %s: %w", id, err)

@@ -33,6 +33,8 @@ type run struct {
 
 	inbox  chan *api.TaskResult
 	retryC chan retryReq
+	// limitC wakes the run when a rate limit it waits on may have a unit.
+	limitC chan *limitQueue
 
 	ctx         context.Context
 	cancel      context.CancelCauseFunc

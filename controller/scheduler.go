@@ -107,7 +107,10 @@ func (c *Controller) claim(ctx context.Context, m jetstream.Msg) bool {
 			return false
 		}
 		c.log.Warn("claim job", "job", id, "err", err)
-		if c.lastDelivery(m) {
+		// A bus that does not answer (a stream electing a leader after a
+		// server died) says nothing about the request: only failures of
+		// the request itself count toward the dead letter.
+		if c.lastDelivery(m) && !busUnavailable(err) {
 			c.deadLetter(ctx, m, id, "claim failed: "+err.Error())
 			return false
 		}
@@ -160,7 +163,7 @@ func (c *Controller) startRun(job *api.Job, rev uint64) bool {
 	size := 4 * len(job.Expected)
 	r := &run{
 		c: c, log: jobLogger(c.log, job), steps: api.Flatten(job.Tasks), span: span,
-		inbox: make(chan *api.TaskResult, max(size, 1024)), retryC: make(chan retryReq, 64),
+		inbox: make(chan *api.TaskResult, max(size, 1024)), retryC: make(chan retryReq, 64), limitC: make(chan *limitQueue, 16),
 		ctx: rctx, cancel: cancel, stopTimeout: stopTimeout, job: job, enc: newJobEncoder(), rev: rev, resolvedAt: *job.StartedAt,
 		flushKick: make(chan struct{}, 1), done: make(chan struct{}), settled: make(chan struct{}),
 	}

@@ -142,6 +142,8 @@ func TestAgentCannotActOutsideItsPermissions(t *testing.T) {
 		{"node-2's record", "$KV.nodes.node-2", pub("$KV.nodes.node-2", nodeRec)},
 		{"a node '*'", "$KV.nodes.*", pub("$KV.nodes.*", nodeRec)},
 		{"an enrollment", "$KV.enrollments.node-1", pub("$KV.enrollments.node-1", []byte(`{}`))},
+		{"a rate limit's window", "$KV." + api.BucketRateLimits + ".ping.echo", pub("$KV."+api.BucketRateLimits+".ping.echo", []byte(`{"starts":1000000}`))},
+		{"reading the rate limits bucket", "$JS.API.DIRECT.GET.KV_" + api.BucketRateLimits, pub("$JS.API.DIRECT.GET.KV_"+api.BucketRateLimits+".$KV."+api.BucketRateLimits+".ping.echo", nil)},
 		{"reading the jobs bucket", "$JS.API.DIRECT.GET.KV_jobs", pub("$JS.API.DIRECT.GET.KV_jobs.$KV.jobs."+job.ID, nil)},
 		{"creating a stream", "$JS.API.STREAM.CREATE.evil", pub("$JS.API.STREAM.CREATE.evil", []byte(`{"name":"evil","subjects":["evil.>"]}`))},
 		{"deleting a stream", "$JS.API.STREAM.DELETE.commands", pub("$JS.API.STREAM.DELETE.commands", nil)},

@@ -69,6 +69,8 @@ type stepGroup struct {
 	hasBudget bool
 	errors    int
 	stopped   bool
+	// limits holds, by rate limit, the starts waiting for a unit of it.
+	limits map[string]*limitQueue
 }
 
 // stepOutcome is what a group tells the job walker.
@@ -110,6 +112,7 @@ func (r *run) runSteps(steps []api.FlatStep, nodes []string, entryFailed, barrie
 func (g *stepGroup) run() stepOutcome {
 	g.tk = g.r.newStepTrace(g.steps, len(g.nodes))
 	defer g.tk.close()
+	defer g.closeLimits()
 	g.start()
 
 	tick := time.NewTicker(250 * time.Millisecond)
@@ -129,7 +132,10 @@ func (g *stepGroup) run() stepOutcome {
 			g.failUnreachable(time.Now())
 		case now := <-tick.C:
 			g.onTick(now)
+		case q := <-g.r.limitC:
+			g.onLimitTimer(q)
 		}
+		g.pumpLimits()
 	}
 	return g.outcome()
 }
@@ -152,13 +158,14 @@ func (g *stepGroup) start() {
 	if g.stopped {
 		g.stopQueue()
 	}
-	if g.barrier && len(toDispatch) > 0 && len(g.queue) == 0 {
+	if g.barrier && len(toDispatch) > 0 && len(g.queue) == 0 && g.limitOf(g.steps[0]) == nil {
 		g.r.dispatchMany(g.steps[0], toDispatch, 1)
 		return
 	}
 	for _, n := range toDispatch {
-		g.r.dispatchOne(g.steps[n.cursor], n, 1)
+		g.dispatch(n, 1)
 	}
+	g.pumpLimits()
 }
 
 // take gives n a slot and reports whether it has a step to dispatch; a
@@ -181,7 +188,7 @@ func (g *stepGroup) startNext() {
 		n := g.queue[0]
 		g.queue = g.queue[1:]
 		if g.take(n) {
-			g.r.dispatchOne(g.steps[n.cursor], n, 1)
+			g.dispatch(n, 1)
 		}
 	}
 	if g.stopped {
@@ -287,7 +294,7 @@ func (g *stepGroup) complete(n *nodeRun, ok bool) {
 	n.retrying = false
 	g.tk.move(n, n.cursor+1)
 	if g.advance(n) {
-		g.r.dispatchOne(g.steps[n.cursor], n, 1)
+		g.dispatch(n, 1)
 		return
 	}
 	g.finish(n)
@@ -377,7 +384,7 @@ func (g *stepGroup) onRetry(req retryReq) {
 		return
 	}
 	n.retrying = false
-	g.r.dispatchOne(g.steps[n.cursor], n, req.attempt)
+	g.dispatch(n, req.attempt)
 }
 
 // onTick fails unreachable and timed-out nodes and re-sends commands nodes
@@ -485,6 +492,7 @@ func (g *stepGroup) abort(cause error) {
 			}
 			g.r.setNodeResult(g.steps[i].Index, n.id, func(res *api.NodeResult) {
 				res.Status = st
+				res.StatusReason = ""
 				if st == api.StepFailed {
 					res.Error = msg
 				}

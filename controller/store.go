@@ -79,13 +79,7 @@ func (s *jobStore) update(ctx context.Context, j *api.Job, rev uint64) (uint64, 
 func (s *jobStore) updateRaw(ctx context.Context, id string, b []byte, rev uint64) (uint64, error) {
 	nrev, err := s.kv.Update(ctx, id, b, rev)
 	if err != nil {
-		var apiErr *jetstream.APIError
-		if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
-			return 0, errConflict
-		}
-		// Replicated (R3) buckets report a revision conflict with another
-		// code; ErrKeyRevisionMismatch matches both.
-		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		if isRevisionConflict(err) {
 			return 0, errConflict
 		}
 		return 0, fmt.Errorf("update job %s: %w", id, err)
@@ -141,4 +135,20 @@ func (s *jobStore) list(ctx context.Context) ([]api.Job, error) {
 	}
 	sort.Slice(out, func(a, b int) bool { return out[a].CreatedAt.After(out[b].CreatedAt) })
 	return out, nil
+}
+
+// isRevisionConflict reports a KV write refused because the key is no
+// longer at the expected revision (or, for a create, already exists):
+// another writer won. A single-replica bucket answers with the stream's
+// wrong-last-sequence code, a replicated one with another code that
+// ErrKeyRevisionMismatch matches.
+func isRevisionConflict(err error) bool {
+	if err == nil {
+		return false
+	}
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
+		return true
+	}
+	return errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch)
 }

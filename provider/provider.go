@@ -64,7 +64,9 @@ func (p *gridProvider) Schema(_ context.Context, _ provider.SchemaRequest, resp 
 			"address": schema.StringAttribute{
 				MarkdownDescription: "Base URL of the GRID controller's HTTP API. Defaults to the `GRID_ADDR` " +
 					"environment variable, then `" + api.DefaultAddress + "`. A bare `host:port` means `https://host:port`. " +
-					"The controller serves HTTPS unless started with `insecure: true` (then use `http://`).",
+					"The controller serves HTTPS unless started with `insecure: true` (then use `http://`). " +
+					"Several controllers of a cluster, comma-separated, are tried in turn: a request that cannot reach one " +
+					"goes to the next (a job submission only when its connection was refused, so it is never sent twice).",
 				Optional: true,
 			},
 			"ca_file": schema.StringAttribute{
@@ -181,6 +183,7 @@ func (p *gridProvider) Configure(ctx context.Context, req provider.ConfigureRequ
 func (p *gridProvider) Resources(_ context.Context) []func() resource.Resource {
 	return []func() resource.Resource{
 		NewJobResource,
+		NewScheduleResource,
 	}
 }
 

@@ -61,6 +61,16 @@ type Options struct {
 	Progress io.Writer
 	// Logger receives the components' logs; nil discards them.
 	Logger *slog.Logger
+	// AgentBin is the binary StartAgentProcs runs agents with
+	// (the deployed build: grid, or the slim grid-agent).
+	AgentBin string
+	// AgentLogLevel is the agent processes' --log-level.
+	AgentLogLevel string
+	// AgentDebugPort, when positive, gives the agent processes a
+	// debug_addr (pprof) each: 127.0.0.1 and this port, the next, ...
+	AgentDebugPort int
+	// AgentEnv is added to the agent processes' environment (KEY=VALUE).
+	AgentEnv []string
 }
 
 // Env is a controller to measure and the simulated agents started against
@@ -86,6 +96,10 @@ type Env struct {
 	mu           sync.Mutex
 	agents       []*agent.Agent
 	names        []string
+	// procs are the agent processes (StartAgentProcs).
+	procs []*proc
+	// floorCPU is the responders' CPU per message (FloorProcs).
+	floorCPU time.Duration
 }
 
 // Setup starts an embedded controller (or checks the given one) and
@@ -224,6 +238,7 @@ func (e *Env) printf(format string, args ...any) {
 // Close stops the agents (they mark themselves offline) and the embedded
 // controller, and removes the temporary data.
 func (e *Env) Close() {
+	e.stopAgentProcs()
 	if e.cancelAgents != nil {
 		e.cancelAgents()
 		e.mu.Lock()

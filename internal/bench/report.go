@@ -181,3 +181,62 @@ func (r RegisterReport) Table(w io.Writer) {
 		_, _ = fmt.Fprintln(w, "(embedded: the process RSS and heap include the controller, its NATS server and every simulated agent)")
 	}
 }
+
+// ProcFanoutReport is the result of a fan-out benchmark with agents as
+// processes of their own: a one-step job to every agent, timed as the
+// controller saw it (created_at to finished_at), against the floor of as
+// many plain NATS responder processes.
+type ProcFanoutReport struct {
+	Agents int `json:"agents"`
+	Rounds int `json:"rounds"`
+	// P50Ms and P90Ms are the job's created_at to finished_at.
+	P50Ms float64 `json:"p50_ms"`
+	P90Ms float64 `json:"p90_ms"`
+	MaxMs float64 `json:"max_ms"`
+	// SubmitP50Ms is the client's view: submit to the long poll's answer.
+	SubmitP50Ms float64 `json:"submit_p50_ms"`
+	// FloorP50Ms is the median time from publishing one core NATS message
+	// to the Agents-th reply of as many responder processes.
+	FloorP50Ms float64 `json:"floor_p50_ms"`
+	FloorP90Ms float64 `json:"floor_p90_ms"`
+	RatioP50   float64 `json:"ratio_p50"`
+	// AgentCPUMsPerCommand is the agent processes' CPU time (user and
+	// system, /proc/<pid>/stat) over the counted rounds, per agent and
+	// round.
+	AgentCPUMsPerCommand float64 `json:"agent_cpu_ms_per_command"`
+	// AgentIdleCPUMsPerS is the agent processes' CPU time per second, all
+	// of them together, while idle just before the rounds.
+	AgentIdleCPUMsPerS float64 `json:"agent_idle_cpu_ms_per_s"`
+	// FloorCPUMsPerMessage is a responder process's CPU time per message
+	// answered: the least a process that receives and answers over NATS
+	// costs on this machine.
+	FloorCPUMsPerMessage float64 `json:"floor_cpu_ms_per_message"`
+	Verified             int     `json:"verified"`
+}
+
+// NewProcFanoutReport computes the report; agentCPU is the agents' CPU time
+// over all rounds, idleCPU theirs over idle.
+func NewProcFanoutReport(agents int, res FanoutResult, floor []time.Duration, floorCPU, agentCPU, idleCPU, idle time.Duration) ProcFanoutReport {
+	r := ProcFanoutReport{Agents: agents, Rounds: len(res.Spans), Verified: res.Verified,
+		P50Ms: ms(Percentile(res.Spans, 50)), P90Ms: ms(Percentile(res.Spans, 90)), MaxMs: ms(Percentile(res.Spans, 100)),
+		SubmitP50Ms: ms(Percentile(res.Latencies, 50)),
+		FloorP50Ms:  ms(Percentile(floor, 50)), FloorP90Ms: ms(Percentile(floor, 90))}
+	r.RatioP50 = ratio(r.P50Ms, r.FloorP50Ms)
+	r.FloorCPUMsPerMessage = math.Round(float64(floorCPU)/float64(time.Millisecond)*1000) / 1000
+	if n := agents * len(res.Spans); n > 0 {
+		r.AgentCPUMsPerCommand = math.Round(float64(agentCPU)/float64(n)/float64(time.Millisecond)*1000) / 1000
+	}
+	if idle > 0 {
+		r.AgentIdleCPUMsPerS = math.Round(float64(idleCPU)/float64(time.Millisecond)/idle.Seconds()*10) / 10
+	}
+	return r
+}
+
+// Table prints the report for a terminal.
+func (r ProcFanoutReport) Table(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	_, _ = fmt.Fprintln(tw, "agent procs\trounds\tp50 ms\tp90 ms\tmax ms\tsubmit p50 ms\tfloor p50 ms\tfloor p90 ms\tratio p50\tagent cpu ms/cmd\tfloor cpu ms/msg\tidle cpu ms/s\t")
+	_, _ = fmt.Fprintf(tw, "%d\t%d\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.3f\t%.3f\t%.1f\t\n", r.Agents, r.Rounds,
+		r.P50Ms, r.P90Ms, r.MaxMs, r.SubmitP50Ms, r.FloorP50Ms, r.FloorP90Ms, r.RatioP50, r.AgentCPUMsPerCommand, r.FloorCPUMsPerMessage, r.AgentIdleCPUMsPerS)
+	_ = tw.Flush()
+}

@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -98,5 +99,40 @@ func TestRegisterReport(t *testing.T) {
 	r.Table(&out)
 	if !strings.Contains(out.String(), "embedded") {
 		t.Errorf("embedded table:\n%s", out.String())
+	}
+}
+
+func TestProcFanoutReport(t *testing.T) {
+	res := FanoutResult{
+		Spans:     []time.Duration{30 * time.Millisecond, 10 * time.Millisecond, 20 * time.Millisecond},
+		Latencies: []time.Duration{35 * time.Millisecond, 15 * time.Millisecond, 25 * time.Millisecond},
+		Verified:  3,
+	}
+	floor := []time.Duration{4 * time.Millisecond, 5 * time.Millisecond, 6 * time.Millisecond}
+	// 100 agents, 3 rounds: 300 commands for 90 ms of agent CPU.
+	r := NewProcFanoutReport(100, res, floor, 200*time.Microsecond, 90*time.Millisecond, 50*time.Millisecond, 2*time.Second)
+	if r.P50Ms != 20 || r.SubmitP50Ms != 25 || r.FloorP50Ms != 5 || r.RatioP50 != 4 || r.Rounds != 3 ||
+		r.AgentCPUMsPerCommand != 0.3 || r.FloorCPUMsPerMessage != 0.2 || r.AgentIdleCPUMsPerS != 25 || r.Verified != 3 {
+		t.Fatalf("report: %+v", r)
+	}
+	var b bytes.Buffer
+	r.Table(&b)
+	if !strings.Contains(b.String(), "agent cpu ms/cmd") || !strings.Contains(b.String(), "0.300") {
+		t.Errorf("table:\n%s", b.String())
+	}
+}
+
+func TestProcCPU(t *testing.T) {
+	// Use some CPU first, as getrusage counts it; /proc/<pid>/stat must
+	// show it too.
+	for x := 0; CPUTime() < 50*time.Millisecond; x++ {
+		_ = strings.Repeat("x", x%4096)
+	}
+	d, err := procCPU(os.Getpid())
+	if err != nil || d <= 0 {
+		t.Fatalf("procCPU(self) = %v, %v", d, err)
+	}
+	if _, err := procCPU(-1); err == nil {
+		t.Error("procCPU of no process: no error")
 	}
 }

@@ -122,6 +122,9 @@ func (e *Env) FanoutJob() *api.JobSpec {
 type FanoutResult struct {
 	// Latencies are the counted rounds' times, submit to completed.
 	Latencies []time.Duration
+	// Spans are the counted rounds' times as the controller saw them, the
+	// job's created_at to its finished_at.
+	Spans []time.Duration
 	// Verified counts the jobs checked in the jobs bucket.
 	Verified int
 	// CPU is the process's CPU time over the counted rounds, without the
@@ -133,10 +136,16 @@ type FanoutResult struct {
 // returns each round's time from submit to the long poll answering
 // completed. Every job is then checked in the jobs bucket. One warm-up
 // round runs first and is not counted.
-func (e *Env) Fanout(ctx context.Context, rounds int) (FanoutResult, error) {
+//
+// before, when not nil, runs just before the first counted round (to read
+// the agent processes' CPU, say).
+func (e *Env) Fanout(ctx context.Context, rounds int, before func()) (FanoutResult, error) {
 	names := e.Names()
 	var res FanoutResult
 	for r := -1; r < rounds; r++ {
+		if r == 0 && before != nil {
+			before()
+		}
 		cpu0 := CPUTime()
 		start := time.Now()
 		j, err := e.client.SubmitJob(ctx, e.FanoutJob())
@@ -152,12 +161,16 @@ func (e *Env) Fanout(ctx context.Context, rounds int) (FanoutResult, error) {
 		if done.Status != api.JobCompleted {
 			return res, fmt.Errorf("job %s ended %s: %s", j.ID, done.Status, done.Error)
 		}
+		if done.FinishedAt == nil {
+			return res, fmt.Errorf("job %s completed without finished_at", j.ID)
+		}
 		if err := e.VerifyStored(ctx, j.ID, names); err != nil {
 			return res, err
 		}
 		if r >= 0 {
 			res.Verified++
 			res.Latencies = append(res.Latencies, d)
+			res.Spans = append(res.Spans, done.FinishedAt.Sub(done.CreatedAt))
 			res.CPU += cpu
 			e.printf("  round %d/%d: %.1f ms, cpu %.1f ms (%s)", r+1, rounds, ms(d), ms(cpu), phases(start, done))
 		}

@@ -1,3 +1,6 @@
+// Package bus holds GRID's NATS layer: the JetStream topology (streams and
+// KV buckets) that controllers and agents share, and connection helpers.
+// The embedded server is package embedded, which only controllers import.
 package bus
 
 import (

@@ -150,6 +150,8 @@ func (t Topology) configs() ([]jetstream.StreamConfig, []jetstream.KeyValueConfi
 		{Bucket: api.BucketTokens, Description: "API tokens by name (SHA-256 of the token, role)", History: 1, Replicas: t.Replicas, Storage: jetstream.FileStorage},
 		{Bucket: api.BucketKeys, Description: "cluster keys (controllers only)", History: 1, Replicas: t.Replicas, Storage: jetstream.FileStorage},
 		{Bucket: api.BucketJobSecrets, Description: "sensitive params of unfinished jobs, encrypted", History: 1, Replicas: t.Replicas, Storage: jetstream.FileStorage},
+		{Bucket: api.BucketRateLimits, Description: "task starts per rate limit within its window (controllers only)", History: 1, Replicas: t.Replicas, Storage: jetstream.FileStorage},
+		{Bucket: api.BucketSchedules, Description: "cron schedules and the tick each fired last", History: 1, Replicas: t.Replicas, Storage: jetstream.FileStorage},
 	}
 	return streams, buckets
 }

@@ -12,12 +12,13 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
+	"github.com/gridfleet/terraform-provider-grid/internal/bus/embedded"
 )
 
 func testJetStream(t *testing.T) jetstream.JetStream {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	ns, err := StartServer(ctx, ServerConfig{Port: -1, DataDir: t.TempDir()})
+	ns, err := embedded.StartServer(ctx, embedded.ServerConfig{Port: -1, DataDir: t.TempDir()})
 	if err != nil {
 		cancel()
 		t.Fatal(err)

@@ -262,7 +262,9 @@ func TestClusterSurvivesControllerKill(t *testing.T) {
 // idleStreams are the streams and buckets this test need not write after
 // the start.
 var idleStreams = map[string]bool{api.BucketTokens: true, api.BucketKeys: true, api.BucketJobSecrets: true, api.BucketEnrollments: true,
-	api.BucketSchemas: true} // schemas: written again only by agents that reconnect
+	api.BucketSchemas:    true, // schemas: written again only by agents that reconnect
+	api.BucketRateLimits: true, // rate_limits: written only when a limited task starts
+	api.BucketSchedules:  true} // schedules: written only when a schedule changes or fires
 
 // checkStreams checks, through a controller's GET /status, that every
 // stream and bucket has the given replicas, a leader and (within a while

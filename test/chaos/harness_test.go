@@ -312,7 +312,8 @@ func startAgent(t *testing.T, dir, name string, groups []string, urls []string, 
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return startProc(t, dir, name, "agent", "--config", path, "--log-format", "json")
+	// Debug level: an agent logs "task started", which the tests count, only there.
+	return startProc(t, dir, name, "agent", "--config", path, "--log-format", "json", "--log-level", "debug")
 }
 
 // client is an API client of the controller s, with the admin token it

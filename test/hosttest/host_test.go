@@ -9,12 +9,10 @@
 package hosttest
 
 import (
-	"bytes"
 	"context"
-	"crypto/md5"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -29,15 +27,14 @@ import (
 	"github.com/gridfleet/terraform-provider-grid/internal/config"
 	"github.com/gridfleet/terraform-provider-grid/internal/fleet"
 	"github.com/gridfleet/terraform-provider-grid/internal/fleet/fleettest"
+	"github.com/gridfleet/terraform-provider-grid/test/internal/debrepo"
 )
 
 const (
-	// image is the cached Debian image; remove it (docker rmi) to rebuild.
-	image = "grid-test-debian:bookworm"
-	suite = "bookworm"
-	// defaultMirror is where debootstrap fetches packages; GRID_DEBIAN_MIRROR
-	// overrides it.
-	defaultMirror = "http://deb.debian.org/debian"
+	// image is the cached Debian image with systemd (deploy/image); remove
+	// it (docker rmi) to rebuild. GRID_DEBIAN_MIRROR sets the mirror it is
+	// built from.
+	image = "grid-debian-systemd:bookworm"
 	// node is the agent's name inside the container.
 	node = "ct-1"
 	pkg  = "grid-hello"
@@ -53,8 +50,8 @@ func TestAptAndSystemdInContainer(t *testing.T) {
 	if out, err := exec.Command("docker", "info").CombinedOutput(); err != nil {
 		t.Skipf("host test: no Docker engine reachable (docker info: %v): %s", err, lastLines(out, 5))
 	}
-	if _, err := exec.LookPath("dpkg-deb"); err != nil {
-		t.Skip("host test: dpkg-deb is not installed; it builds the test package")
+	if why := debrepo.Available(); why != "" {
+		t.Skip("host test: " + why)
 	}
 	ensureImage(t)
 
@@ -212,80 +209,26 @@ func run(t *testing.T, c *api.Client, backend, action string, params api.Params,
 	return r
 }
 
-// ensureImage builds the Debian image with debootstrap unless Docker has it.
+// ensureImage builds the Debian image with deploy/image/debian-systemd.sh
+// (debootstrap, then docker import) unless Docker has it. The fleet of
+// make fleet-up starts from the same image. Exit status 2 means this
+// machine cannot build it, which skips the test.
 func ensureImage(t *testing.T) {
 	t.Helper()
-	if exec.Command("docker", "image", "inspect", image).Run() == nil {
-		t.Logf("using the cached image %s", image)
-		return
-	}
-	if _, err := exec.LookPath("debootstrap"); err != nil {
-		if os.Geteuid() != 0 {
-			t.Skipf("host test: image %s is not built and debootstrap is not installed (apt-get install debootstrap, as root)", image)
-		}
-		t.Log("installing debootstrap with apt-get")
-		for _, args := range [][]string{{"update", "-q"}, {"install", "-y", "-q", "debootstrap"}} {
-			cmd := exec.Command("apt-get", args...)
-			cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
-			if out, err := cmd.CombinedOutput(); err != nil {
-				t.Skipf("host test: cannot install debootstrap (apt-get %s: %v): %s", strings.Join(args, " "), err, lastLines(out, 10))
-			}
-		}
-	}
-	if os.Geteuid() != 0 {
-		t.Skipf("host test: building image %s with debootstrap needs root", image)
-	}
-	mirror := os.Getenv("GRID_DEBIAN_MIRROR")
-	if mirror == "" {
-		mirror = defaultMirror
-	}
-	dir, err := os.MkdirTemp("", "grid-debootstrap-")
+	script, err := filepath.Abs(filepath.Join("..", "..", "deploy", "image", "debian-systemd.sh"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = os.RemoveAll(dir) }()
-	root := filepath.Join(dir, "root")
 	start := time.Now()
-	// minbase plus systemd as init: apt, dpkg and systemctl are what the
-	// backends use.
-	out, err := exec.Command("debootstrap", "--variant=minbase", "--include=systemd,systemd-sysv,dbus",
-		suite, root, mirror).CombinedOutput()
-	if err != nil {
-		t.Skipf("host test: debootstrap %s from %s failed: %v\n%s", suite, mirror, err, lastLines(out, 20))
+	out, err := exec.Command(script, image).CombinedOutput()
+	var exit *exec.ExitError
+	switch {
+	case errors.As(err, &exit) && exit.ExitCode() == 2:
+		t.Skipf("host test: %s", lastLines(out, 20))
+	case err != nil:
+		t.Fatalf("%s: %v\n%s", script, err, lastLines(out, 20))
 	}
-	t.Logf("debootstrap %s took %s", suite, time.Since(start).Round(time.Second))
-	// Jobs reach only the test's own repository; the image keeps no
-	// apt lists and no sources.
-	for _, p := range []string{"etc/apt/sources.list", "etc/hostname"} {
-		_ = os.Remove(filepath.Join(root, p))
-	}
-	lists, _ := filepath.Glob(filepath.Join(root, "var/lib/apt/lists/*_*"))
-	for _, l := range lists {
-		_ = os.Remove(l)
-	}
-	start = time.Now()
-	tar := exec.Command("tar", "--numeric-owner", "-C", root, "-c", ".")
-	imp := exec.Command("docker", "import", "--change", `CMD ["/lib/systemd/systemd"]`, "-", image)
-	pipe, err := tar.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	imp.Stdin = pipe
-	var tarErr, impOut bytes.Buffer
-	tar.Stderr = &tarErr
-	imp.Stdout, imp.Stderr = &impOut, &impOut
-	if err := tar.Start(); err != nil {
-		t.Fatal(err)
-	}
-	if err := imp.Run(); err != nil {
-		_ = tar.Wait()
-		t.Fatalf("docker import: %v: %s", err, impOut.String())
-	}
-	if err := tar.Wait(); err != nil {
-		_ = exec.Command("docker", "rmi", image).Run()
-		t.Fatalf("tar of the root filesystem: %v: %s", err, tarErr.String())
-	}
-	t.Logf("imported %s in %s", image, time.Since(start).Round(time.Second))
+	t.Logf("%s (%s)", strings.TrimSpace(string(out)), time.Since(start).Round(100*time.Millisecond))
 }
 
 // buildGrid builds a static grid binary from the repository root.
@@ -314,58 +257,17 @@ func buildGrid(t *testing.T, work string) string {
 // apt repository holding it, and returns the repository's directory.
 func buildRepo(t *testing.T, work string) string {
 	t.Helper()
-	src := filepath.Join(work, "pkg")
-	files := map[string]string{
-		"DEBIAN/control": "Package: grid-hello\nVersion: 1.0\nArchitecture: all\n" +
-			"Maintainer: GRID tests <grid@example.invalid>\nSection: misc\nPriority: optional\n" +
-			"Description: GRID host test package\n A file and a service that sleeps.\n",
-		// The unit file appears or goes with the package; systemd should know.
-		"DEBIAN/postinst":            "#!/bin/sh\nset -e\nif [ -d /run/systemd/system ]; then systemctl daemon-reload || true; fi\n",
-		"DEBIAN/postrm":              "#!/bin/sh\nset -e\nif [ -d /run/systemd/system ]; then systemctl daemon-reload || true; fi\n",
-		"usr/share/grid-hello/hello": "hello from grid-hello 1.0\n",
-		"lib/systemd/system/grid-hello.service": "[Unit]\nDescription=GRID host test service\n\n" +
-			"[Service]\nExecStart=/bin/sleep infinity\n\n[Install]\nWantedBy=multi-user.target\n",
-	}
-	for name, content := range files {
-		p := filepath.Join(src, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		mode := os.FileMode(0o644)
-		if strings.HasPrefix(name, "DEBIAN/post") {
-			mode = 0o755
-		}
-		if err := os.WriteFile(p, []byte(content), mode); err != nil {
-			t.Fatal(err)
-		}
-	}
 	repo := filepath.Join(work, "repo")
-	if err := os.Mkdir(repo, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	deb := "grid-hello_1.0_all.deb"
-	if out, err := exec.Command("dpkg-deb", "--root-owner-group", "--build", src, filepath.Join(repo, deb)).CombinedOutput(); err != nil {
-		t.Fatalf("dpkg-deb --build: %v\n%s", err, out)
-	}
-	data, err := os.ReadFile(filepath.Join(repo, deb))
-	if err != nil {
-		t.Fatal(err)
-	}
-	md := md5.Sum(data)
-	sha := sha256.Sum256(data)
-	packages := strings.Join([]string{
-		"Package: grid-hello", "Version: 1.0", "Architecture: all",
-		"Maintainer: GRID tests <grid@example.invalid>",
-		"Filename: ./" + deb,
-		fmt.Sprintf("Size: %d", len(data)),
-		"MD5sum: " + hex.EncodeToString(md[:]),
-		"SHA256: " + hex.EncodeToString(sha[:]),
-		"Section: misc", "Priority: optional",
-		"Description: GRID host test package", "",
-	}, "\n")
-	if err := os.WriteFile(filepath.Join(repo, "Packages"), []byte(packages), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	debrepo.Write(t, work, repo, debrepo.Package{Name: pkg, Version: "1.0",
+		Description: "GRID host test package",
+		Files: map[string]string{
+			// The unit file appears or goes with the package; systemd should know.
+			"DEBIAN/postinst":            "#!/bin/sh\nset -e\nif [ -d /run/systemd/system ]; then systemctl daemon-reload || true; fi\n",
+			"DEBIAN/postrm":              "#!/bin/sh\nset -e\nif [ -d /run/systemd/system ]; then systemctl daemon-reload || true; fi\n",
+			"usr/share/grid-hello/hello": "hello from grid-hello 1.0\n",
+			"lib/systemd/system/grid-hello.service": "[Unit]\nDescription=GRID host test service\n\n" +
+				"[Service]\nExecStart=/bin/sleep infinity\n\n[Install]\nWantedBy=multi-user.target\n",
+		}})
 	return repo
 }
 

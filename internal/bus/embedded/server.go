@@ -1,7 +1,7 @@
-// Package bus holds GRID's NATS layer: the embedded server, the JetStream
-// topology (streams and KV buckets) that controllers and agents share, and
-// connection helpers.
-package bus
+// Package embedded starts the NATS server a controller embeds. It is apart
+// from package bus, which agents use too, so that an agent's binary does not
+// hold the NATS server.
+package embedded
 
 import (
 	"context"

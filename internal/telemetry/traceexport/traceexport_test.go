@@ -1,4 +1,4 @@
-package telemetry
+package traceexport
 
 import (
 	"bytes"
@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"go.opentelemetry.io/otel"
+
+	"github.com/gridfleet/terraform-provider-grid/internal/telemetry"
 )
 
 func TestSetupTracingFromEnv(t *testing.T) {
@@ -36,7 +38,7 @@ func TestSetupTracingFromEnv(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, span := Tracer(nil).Start(context.Background(), "hello")
+	_, span := telemetry.Tracer(nil).Start(context.Background(), "hello")
 	span.End()
 	if err := stop(context.Background()); err != nil {
 		t.Fatal(err)

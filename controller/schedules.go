@@ -1,0 +1,298 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+	// Schedules' time zones resolve the same on every controller, with or
+	// without a system zoneinfo database.
+	_ "time/tzdata"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gridfleet/terraform-provider-grid/api"
+)
+
+// Schedules fire exactly once per tick across a cluster:
+//
+//  1. Every controller follows the schedules bucket and, every
+//     schedulePoll, looks for a schedule whose next_run has come.
+//  2. To fire tick T it writes the schedule back with next_run past T and
+//     pending_job set to the tick's job id, as a compare-and-swap on the
+//     revision it read. One controller wins; the others' writes are
+//     refused and they fire nothing.
+//  3. The winner submits the job through the same path as POST /job, with
+//     the id api.ScheduleJobID(schedule, T). The jobs bucket stores a key
+//     once, so however often that submission is tried, by whichever
+//     controller, there is at most one job for the tick.
+//  4. It then clears pending_job (again by CAS). A controller that finds a
+//     pending_job older than scheduleClaimTimeout (its claimer died between
+//     2 and 4) submits that job itself: at least once, by 2, and at most
+//     once, by 3.
+const (
+	schedulePoll         = 250 * time.Millisecond
+	scheduleClaimTimeout = 3 * time.Second
+)
+
+// cachedSchedule is a schedule as the watch last saw it.
+type cachedSchedule struct {
+	sc  *api.Schedule
+	rev uint64
+}
+
+// scheduleLoop fires the schedules that are due until ctx ends.
+func (c *Controller) scheduleLoop(ctx context.Context) {
+	cache := map[string]cachedSchedule{}
+	var w jetstream.KeyWatcher
+	defer func() {
+		if w != nil {
+			_ = w.Stop()
+		}
+	}()
+	t := time.NewTicker(schedulePoll)
+	defer t.Stop()
+	var updates <-chan jetstream.KeyValueEntry
+	warned := false
+	for {
+		if w == nil {
+			var err error
+			if w, err = c.scheds.kv.WatchAll(ctx); err != nil {
+				if ctx.Err() == nil && !warned {
+					c.log.Warn("watch schedules; retrying", "err", err)
+				}
+				w, warned = nil, true
+			} else {
+				updates, warned = w.Updates(), false
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case e, ok := <-updates:
+			if !ok {
+				_ = w.Stop()
+				w, updates = nil, nil
+				continue
+			}
+			if e != nil {
+				applyScheduleEntry(cache, e)
+			}
+		case <-t.C:
+			now := time.Now().UTC()
+			for id, cs := range cache {
+				if nsc, nrev := c.tickSchedule(ctx, cs.sc, cs.rev, now); nsc != nil {
+					cache[id] = cachedSchedule{nsc, nrev}
+				}
+			}
+		}
+	}
+}
+
+func applyScheduleEntry(cache map[string]cachedSchedule, e jetstream.KeyValueEntry) {
+	cur, known := cache[e.Key()]
+	if known && cur.rev >= e.Revision() {
+		return
+	}
+	if e.Operation() != jetstream.KeyValuePut {
+		delete(cache, e.Key())
+		return
+	}
+	var sc api.Schedule
+	if err := json.Unmarshal(e.Value(), &sc); err != nil {
+		return
+	}
+	cache[e.Key()] = cachedSchedule{&sc, e.Revision()}
+}
+
+// tickSchedule fires or skips a schedule whose next run has come, or
+// finishes a claim whose claimer died. It returns the schedule as written
+// by this controller (nil when it wrote nothing).
+func (c *Controller) tickSchedule(ctx context.Context, cur *api.Schedule, rev uint64, now time.Time) (*api.Schedule, uint64) {
+	if cur.PendingJob != "" {
+		if cur.ClaimedAt != nil && now.Sub(*cur.ClaimedAt) < scheduleClaimTimeout {
+			return nil, 0 // its claimer is on it
+		}
+		c.log.Info("schedule: submitting a claimed tick whose claimer did not confirm it", "schedule", cur.ID,
+			"job", cur.PendingJob, "claimed_by", cur.ClaimedBy)
+		return c.finishClaim(ctx, cur)
+	}
+	if cur.Paused || cur.NextRun == nil || now.Before(*cur.NextRun) {
+		return nil, 0
+	}
+	sc := *cur
+	cron, err := api.ParseCron(sc.Cron, sc.TimeZone)
+	if err != nil {
+		c.log.Warn("schedule with an unreadable cron expression", "schedule", sc.ID, "err", err)
+		return nil, 0
+	}
+	tick := *sc.NextRun
+	next := cron.Next(tick).UTC()
+	if late := now.Sub(tick); late > c.cfg.ScheduleGrace.D() {
+		// No controller fired it in time: every one was down, or busy.
+		const maxCount = 100000
+		missed, last := 0, tick
+		for t := tick; !t.IsZero() && !t.After(now) && missed < maxCount; t = cron.Next(t) {
+			missed, last = missed+1, t.UTC()
+		}
+		count := strconv.Itoa(missed)
+		if missed == maxCount {
+			count = "more than " + count
+		}
+		next = cron.Next(now).UTC()
+		if sc.CatchUp != api.CatchUpRunOnce {
+			reason := fmt.Sprintf("missed %s tick(s) from %s: no controller fired them within schedule_grace (%s); catch_up skip fires none",
+				count, tick.Format(time.RFC3339), c.cfg.ScheduleGrace.D())
+			return c.skipTick(ctx, &sc, rev, last, next, "missed", reason, missed)
+		}
+		// run_once: one job, for the first missed tick (its id says which
+		// run was missed; its created_at, when it ran).
+	}
+	if sc.Overlap != api.OverlapAllow && sc.LastJobID != "" {
+		j, _, err := c.jobs.get(ctx, sc.LastJobID)
+		switch {
+		case errors.Is(err, api.ErrNotFound):
+		case err != nil:
+			return nil, 0 // look again at the next poll
+		case !j.Status.Terminal():
+			reason := fmt.Sprintf("overlap skip: the previous job %s is %s", j.ID, j.Status)
+			return c.skipTick(ctx, &sc, rev, tick, next, "overlap", reason, 1)
+		}
+	}
+	sc.NextRun = &next
+	sc.LastRun = &tick
+	sc.PendingJob = api.ScheduleJobID(sc.ID, tick)
+	sc.ClaimedAt, sc.ClaimedBy = &now, c.id
+	nrev, err := c.scheds.update(ctx, &sc, rev)
+	if err != nil {
+		if !errors.Is(err, errConflict) && ctx.Err() == nil {
+			c.log.Warn("schedule: claim a tick", "schedule", sc.ID, "err", err)
+		}
+		return nil, 0 // another controller has it, or the next poll tries again
+	}
+	if hook := c.scheduleClaimed.Load(); hook != nil && (*hook)(sc.PendingJob) {
+		return &sc, nrev
+	}
+	return c.finishClaim(ctx, &sc)
+}
+
+// skipTick advances a schedule past a tick that fires nothing, saying why.
+func (c *Controller) skipTick(ctx context.Context, sc *api.Schedule, rev uint64, tick, next time.Time, kind, reason string, n int) (*api.Schedule, uint64) {
+	sc.NextRun, sc.LastSkip, sc.LastSkipReason = &next, &tick, reason
+	sc.Skipped += int64(n)
+	nrev, err := c.scheds.update(ctx, sc, rev)
+	if err != nil {
+		return nil, 0
+	}
+	c.metrics.scheduleSkipped.WithLabelValues(kind).Add(float64(n))
+	c.log.Info("schedule skipped a tick", "schedule", sc.ID, "tick", tick, "reason", reason)
+	return sc, nrev
+}
+
+// finishClaim submits the job of a claimed tick (unless it exists) and
+// clears the claim. A submission that may succeed later (NATS unavailable)
+// leaves the claim for the next try; one refused for good (the job no
+// longer validates, the policy or the queue refuses it, its creator's
+// token is revoked) is recorded as a skipped tick.
+func (c *Controller) finishClaim(ctx context.Context, claimed *api.Schedule) (*api.Schedule, uint64) {
+	jobID := claimed.PendingJob
+	// The claim as stored now: one seen in a watch may have been finished
+	// since, and its job deleted by now, which must not bring it back. The
+	// job is the stored schedule's (an update may have changed it since
+	// the claim; the tick fires what the schedule says now).
+	cur, _, err := c.scheds.get(ctx, claimed.ID)
+	if err != nil || cur.PendingJob != jobID {
+		return nil, 0
+	}
+	refusal, err := c.submitTick(ctx, cur, jobID)
+	if refusal != "" {
+		// A slow claimer may have stored it meanwhile.
+		if _, gerr := c.jobs.kv.Get(ctx, jobID); gerr == nil {
+			refusal = ""
+		}
+	}
+	if err != nil {
+		if ctx.Err() == nil {
+			c.log.Warn("schedule: submit a tick's job; trying again", "schedule", claimed.ID, "job", jobID, "err", err)
+		}
+		return nil, 0
+	}
+	var written *api.Schedule
+	var wrev uint64
+	for range 20 {
+		sc, rev, err := c.scheds.get(ctx, claimed.ID)
+		if err != nil || sc.PendingJob != jobID {
+			return nil, 0 // deleted, or another controller finished it
+		}
+		now := time.Now().UTC()
+		sc.PendingJob, sc.ClaimedAt, sc.ClaimedBy = "", nil, ""
+		if refusal != "" {
+			sc.LastSkip, sc.LastSkipReason = sc.LastRun, "submission refused: "+refusal
+			sc.Skipped++
+		} else {
+			sc.LastJobID = jobID
+			sc.Fired++
+		}
+		sc.UpdatedAt = now
+		nrev, err := c.scheds.update(ctx, sc, rev)
+		if errors.Is(err, errConflict) {
+			continue
+		}
+		if err != nil {
+			return nil, 0
+		}
+		written, wrev = sc, nrev
+		break
+	}
+	if written == nil {
+		return nil, 0
+	}
+	if refusal != "" {
+		c.metrics.scheduleSkipped.WithLabelValues("refused").Inc()
+		c.log.Warn("schedule: a tick's job was refused", "schedule", claimed.ID, "job", jobID, "reason", refusal)
+	} else {
+		c.metrics.scheduleFired.Inc()
+	}
+	return written, wrev
+}
+
+// submitTick makes sure the job of a claimed tick exists and is queued.
+// refusal is set when it was refused for good; err when it should be tried
+// again.
+func (c *Controller) submitTick(ctx context.Context, sc *api.Schedule, jobID string) (refusal string, err error) {
+	e, err := c.jobs.kv.Get(ctx, jobID)
+	switch {
+	case err == nil:
+		// Stored already, by a claimer that may have died before queuing
+		// it: queue it again (a duplicate request is dropped by its id).
+		var j api.Job
+		if json.Unmarshal(e.Value(), &j) == nil && (j.Status == api.JobPending || j.Status == api.JobWaiting) {
+			return "", c.queueRequest(ctx, jobID, j.Priority, e.Revision(), e.Value())
+		}
+		return "", nil
+	case !errors.Is(err, jetstream.ErrKeyNotFound):
+		return "", err
+	}
+	te, ok := c.tokens.get(sc.CreatedBy)
+	if !ok || te.rec.RevokedAt != nil {
+		return fmt.Sprintf("the token %q that created the schedule no longer exists or is revoked; recreate the schedule with a valid token", sc.CreatedBy), nil
+	}
+	job := sc.Job.Job()
+	job.ID, job.ScheduleID = jobID, sc.ID
+	cat := c.catalog()
+	if err := cat.ValidateJob(job); err != nil {
+		return err.Error(), nil
+	}
+	_, code, err := c.submit(ctx, job, cat, principal{Name: te.rec.Name, Role: te.rec.Role})
+	switch {
+	case err == nil, errors.Is(err, errJobExists):
+		return "", nil
+	case code == http.StatusServiceUnavailable:
+		return "", err
+	default:
+		return err.Error(), nil
+	}
+}
