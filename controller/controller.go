@@ -500,10 +500,25 @@ func (c *Controller) putInfo(ctx context.Context, status string) {
 
 // consumeResults follows the results stream with one ordered consumer and
 // routes each result to the run that waits for it.
+//
+// It starts at a sequence, not at "new": an ordered consumer recreated
+// (its server died, its heartbeats stopped) before it delivered anything
+// starts again from its first configuration, and "new" would then skip
+// every result stored while it was gone, leaving their runs waiting.
 func (c *Controller) consumeResults(ctx context.Context) error {
-	cons, err := c.js.OrderedConsumer(ctx, api.StreamResults, jetstream.OrderedConsumerConfig{
+	stream, err := c.js.Stream(ctx, api.StreamResults)
+	if err != nil {
+		return fmt.Errorf("results stream: %w", err)
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("results stream: %w", err)
+	}
+	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		NamePrefix:     ResultsConsumerPrefix(c.id),
 		FilterSubjects: []string{api.SubjectResults},
-		DeliverPolicy:  jetstream.DeliverNewPolicy,
+		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:    info.State.LastSeq + 1,
 	})
 	if err != nil {
 		return fmt.Errorf("results consumer: %w", err)
@@ -519,6 +534,19 @@ func (c *Controller) consumeResults(ctx context.Context) error {
 		cc.Stop()
 	})
 	return nil
+}
+
+// ResultsConsumerPrefix is how the names of a controller's results
+// consumers begin (the client adds _1, _2, … each time it recreates one), so an
+// operator listing the results stream's consumers can tell whose each is.
+func ResultsConsumerPrefix(controllerID string) string {
+	b := []byte("results-" + controllerID)
+	for i, ch := range b {
+		if !(ch >= 'a' && ch <= 'z' || ch >= 'A' && ch <= 'Z' || ch >= '0' && ch <= '9' || ch == '-' || ch == '_') {
+			b[i] = '-'
+		}
+	}
+	return string(b)
 }
 
 // routeResult hands a result to its run. stored says it came from the

@@ -349,3 +349,9 @@ func TestOneTraceFromAPIToBackend(t *testing.T) {
 		t.Errorf("log lines without the job's trace id (controller %v, agent %v)", ctlLine, agentLine)
 	}
 }
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

@@ -64,7 +64,7 @@ func clusterConfigs(t *testing.T, n, replicas int) []controller.Config {
 func (m *clusterMember) start(t *testing.T) error {
 	m.logs = &syncBuffer{}
 	cfg := m.cfg
-	cfg.Logger = slog.New(slog.NewJSONHandler(m.logs, nil))
+	cfg.Logger = slog.New(slog.NewJSONHandler(m.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	c, err := controller.New(cfg)
 	if err != nil {
 		return err

@@ -110,15 +110,14 @@ func applyScheduleEntry(cache map[string]cachedSchedule, e jetstream.KeyValueEnt
 
 // tickSchedule fires or skips a schedule whose next run has come, or
 // finishes a claim whose claimer died. It returns the schedule as written
-// by this controller (nil when it wrote nothing).
+// by this controller, or as read back when another controller had written
+// it since (nil when it has nothing newer than the cache).
 func (c *Controller) tickSchedule(ctx context.Context, cur *api.Schedule, rev uint64, now time.Time) (*api.Schedule, uint64) {
 	if cur.PendingJob != "" {
 		if cur.ClaimedAt != nil && now.Sub(*cur.ClaimedAt) < scheduleClaimTimeout {
 			return nil, 0 // its claimer is on it
 		}
-		c.log.Info("schedule: submitting a claimed tick whose claimer did not confirm it", "schedule", cur.ID,
-			"job", cur.PendingJob, "claimed_by", cur.ClaimedBy)
-		return c.finishClaim(ctx, cur)
+		return c.finishClaim(ctx, cur, true)
 	}
 	if cur.Paused || cur.NextRun == nil || now.Before(*cur.NextRun) {
 		return nil, 0
@@ -176,7 +175,7 @@ func (c *Controller) tickSchedule(ctx context.Context, cur *api.Schedule, rev ui
 	if hook := c.scheduleClaimed.Load(); hook != nil && (*hook)(sc.PendingJob) {
 		return &sc, nrev
 	}
-	return c.finishClaim(ctx, &sc)
+	return c.finishClaim(ctx, &sc, false)
 }
 
 // skipTick advances a schedule past a tick that fires nothing, saying why.
@@ -197,15 +196,24 @@ func (c *Controller) skipTick(ctx context.Context, sc *api.Schedule, rev uint64,
 // leaves the claim for the next try; one refused for good (the job no
 // longer validates, the policy or the queue refuses it, its creator's
 // token is revoked) is recorded as a skipped tick.
-func (c *Controller) finishClaim(ctx context.Context, claimed *api.Schedule) (*api.Schedule, uint64) {
+func (c *Controller) finishClaim(ctx context.Context, claimed *api.Schedule, orphan bool) (*api.Schedule, uint64) {
 	jobID := claimed.PendingJob
 	// The claim as stored now: one seen in a watch may have been finished
 	// since, and its job deleted by now, which must not bring it back. The
 	// job is the stored schedule's (an update may have changed it since
 	// the claim; the tick fires what the schedule says now).
-	cur, _, err := c.scheds.get(ctx, claimed.ID)
-	if err != nil || cur.PendingJob != jobID {
+	cur, curRev, err := c.scheds.get(ctx, claimed.ID)
+	if err != nil {
 		return nil, 0
+	}
+	if cur.PendingJob != jobID {
+		// Finished by another controller: remember the stored schedule, so
+		// a watch that lags does not send this controller back to it.
+		return cur, curRev
+	}
+	if orphan {
+		c.log.Info("schedule: submitting a claimed tick whose claimer did not confirm it", "schedule", cur.ID,
+			"job", jobID, "claimed_by", cur.ClaimedBy)
 	}
 	refusal, err := c.submitTick(ctx, cur, jobID)
 	if refusal != "" {
