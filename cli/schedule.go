@@ -14,12 +14,12 @@ import (
 func newScheduleCommand(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "schedule",
-		Short: "Submit a job on a cron schedule: create, list, show, pause, resume, delete",
+		Short: "Submit a job on a cron schedule: create, update, list, show, pause, resume, delete",
 		Long: `A schedule submits an ordinary job at every tick of a cron expression, once
 per tick across all controllers of a cluster. Its jobs name it in
 schedule_id ('grid job status ID' shows it).`,
 	}
-	cmd.AddCommand(newScheduleCreateCommand(g), newScheduleListCommand(g), newScheduleShowCommand(g),
+	cmd.AddCommand(newScheduleCreateCommand(g, false), newScheduleCreateCommand(g, true), newScheduleListCommand(g), newScheduleShowCommand(g),
 		newSchedulePauseCommand(g, true), newSchedulePauseCommand(g, false), newScheduleDeleteCommand(g))
 	return cmd
 }
@@ -30,12 +30,29 @@ type scheduleOptions struct {
 	paused                           bool
 }
 
-func newScheduleCreateCommand(g *globals) *cobra.Command {
+// newScheduleCreateCommand is "schedule create", or with update "schedule
+// update", which takes the same arguments and replaces the whole
+// definition.
+func newScheduleCreateCommand(g *globals, update bool) *cobra.Command {
 	o, so := &runOptions{}, &scheduleOptions{}
+	verb, short, lead := "create", "Create a schedule that submits a job at every tick of a cron expression",
+		"Create a schedule."
+	if update {
+		verb, short, lead = "update", "Replace a schedule's cron expression, policies and job",
+			`Replace a schedule's definition with the one given, in the form 'create'
+takes. It keeps its name, its counters and its paused state (unless
+--paused is given); a new cron expression or time zone counts from now.`
+	}
+	example := `  grid schedule create nightly-update --cron '0 3 * * *' --time-zone Europe/Berlin -f update.yaml
+  grid schedule create ping-all --cron '@every 5m' --target all ping echo --message alive
+  grid schedule create weekdays --cron '30 9 * * 1-5' --time-zone America/New_York --overlap allow -f report.yaml`
+	if update {
+		example = `  grid schedule update nightly-update --cron '0 4 * * *' --time-zone Europe/Berlin -f update.yaml`
+	}
 	cmd := &cobra.Command{
-		Use:   "create NAME --cron EXPR (-f FILE | --target TARGET BACKEND ACTION [--PARAM VALUE]...)",
-		Short: "Create a schedule that submits a job at every tick of a cron expression",
-		Long: `Create a schedule. The job is given as to 'grid job run': a job file (-f), or
+		Use:   verb + " NAME --cron EXPR (-f FILE | --target TARGET BACKEND ACTION [--PARAM VALUE]...)",
+		Short: short,
+		Long: lead + ` The job is given as to 'grid job run': a job file (-f), or
 one backend action with --target and its parameters.
 
 --cron takes five fields (minute hour day-of-month month day-of-week), six
@@ -47,9 +64,7 @@ read in (default UTC).
 controller was down): skip (default) fires none of them, run_once fires one
 job for them all. --overlap skip (default) fires nothing while the previous
 tick's job has not finished; allow fires every tick.`,
-		Example: `  grid schedule create nightly-update --cron '0 3 * * *' --time-zone Europe/Berlin -f update.yaml
-  grid schedule create ping-all --cron '@every 5m' --target all ping echo --message alive
-  grid schedule create weekdays --cron '30 9 * * 1-5' --time-zone America/New_York --overlap allow -f report.yaml`,
+		Example: example,
 		DisableFlagParsing: true,
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
 			ra, help, err := parseJobCommandLine(cmd, o, args)
@@ -57,7 +72,7 @@ tick's job has not finished; allow fires every tick.`,
 				return err
 			}
 			if len(ra.positional) == 0 {
-				return usageErrorf("want the schedule's NAME first (grid schedule create NAME --cron EXPR ...)")
+				return usageErrorf("want the schedule's NAME first (grid schedule %s NAME --cron EXPR ...)", verb)
 			}
 			name := ra.positional[0]
 			ra.positional = ra.positional[1:]
@@ -80,9 +95,23 @@ tick's job has not finished; allow fires every tick.`,
 			if err != nil {
 				return err
 			}
-			s, err := c.CreateSchedule(cmd.Context(), spec)
+			if !update {
+				s, err := c.CreateSchedule(cmd.Context(), spec)
+				if err != nil {
+					return fmt.Errorf("create schedule %s: %w", name, err)
+				}
+				return printSchedule(g, s)
+			}
+			if !cmd.Flags().Changed("paused") {
+				cur, err := c.GetSchedule(cmd.Context(), name)
+				if err != nil {
+					return fmt.Errorf("update schedule %s: %w", name, err)
+				}
+				spec.Paused = cur.Paused
+			}
+			s, err := c.UpdateSchedule(cmd.Context(), name, spec)
 			if err != nil {
-				return fmt.Errorf("create schedule %s: %w", name, err)
+				return fmt.Errorf("update schedule %s: %w", name, err)
 			}
 			return printSchedule(g, s)
 		}),
@@ -93,7 +122,7 @@ tick's job has not finished; allow fires every tick.`,
 	f.StringVar(&so.timeZone, "time-zone", "", "IANA time zone of the cron fields (default UTC)")
 	f.StringVar(&so.catchUp, "catch-up", "", "ticks missed while no controller ran: skip (default) or run_once")
 	f.StringVar(&so.overlap, "overlap", "", "tick while the previous job runs: skip (default) or allow")
-	f.BoolVar(&so.paused, "paused", false, "create it paused")
+	f.BoolVar(&so.paused, "paused", false, "create it paused (update: set it paused or, with --paused=false, running; without the flag update keeps its state)")
 	return cmd
 }
 

@@ -81,6 +81,18 @@ func TestScheduleCommands(t *testing.T) {
 	if code, out, _ := grid("schedule", "pause", "every-sec"); code != ExitOK || !strings.Contains(out, "paused") {
 		t.Fatalf("pause: %d %q", code, out)
 	}
+	// update replaces the definition and keeps the paused state.
+	code, out, errOut = grid("schedule", "update", "every-sec", "--cron", "@every 10m", "--target", "all", "ping", "echo", "--message", "later", "-o", "json")
+	var upd api.Schedule
+	if err := json.Unmarshal([]byte(out), &upd); code != ExitOK || err != nil {
+		t.Fatalf("update: %d %q %q", code, out, errOut)
+	}
+	if upd.Cron != "@every 10m" || !upd.Paused || upd.Job.Tasks[0].Params["message"] != "later" || upd.Fired == 0 {
+		t.Fatalf("update gave %+v: want the new cron and job, still paused, its counters kept", upd)
+	}
+	if code, _, errOut := grid("schedule", "update", "no-such", "--cron", "@hourly", "-f", jobFile); code == ExitOK || !strings.Contains(errOut, "not found") {
+		t.Fatalf("update of a missing schedule: %d %q", code, errOut)
+	}
 	if code, out, _ := grid("schedule", "resume", "nightly"); code != ExitOK || !strings.Contains(out, "active") {
 		t.Fatalf("resume: %d %q", code, out)
 	}

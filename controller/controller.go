@@ -277,7 +277,7 @@ func (c *Controller) Start(ctx context.Context) error {
 		c.sec.forget = c.reg.forget
 		enrollKV, err := c.js.KeyValue(setupCtx, api.BucketEnrollments)
 		if err == nil {
-			err = c.sec.watch(runCtx, enrollKV)
+			err = c.sec.watch(runCtx, &c.loops, enrollKV)
 		}
 		if err == nil {
 			enrollSub, err = c.nc.QueueSubscribe(api.SubjectEnrollAll, "grid-enroll", c.sec.onEnroll)
@@ -296,7 +296,7 @@ func (c *Controller) Start(ctx context.Context) error {
 		stopRuns()
 		return fail(err)
 	}
-	if c.tokens, err = openTokens(runCtx, tokensKV, c.log); err != nil {
+	if c.tokens, err = openTokens(runCtx, &c.loops, tokensKV, c.log); err != nil {
 		stopRuns()
 		return fail(err)
 	}
@@ -304,7 +304,7 @@ func (c *Controller) Start(ctx context.Context) error {
 		stopRuns()
 		return fail(err)
 	}
-	if err := c.jobIdx.watch(runCtx, jobsKV); err != nil {
+	if err := c.jobIdx.watch(runCtx, &c.loops, jobsKV, c.log); err != nil {
 		stopRuns()
 		return fail(err)
 	}

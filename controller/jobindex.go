@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -65,35 +66,26 @@ func newJobIndex() *jobIndex {
 		ready: make(chan struct{})}
 }
 
-// watch follows the jobs bucket until ctx ends.
-func (x *jobIndex) watch(ctx context.Context, kv jetstream.KeyValue) error {
-	w, err := kv.WatchAll(ctx)
-	if err != nil {
-		return fmt.Errorf("watch jobs: %w", err)
-	}
-	go func() {
-		defer func() { _ = w.Stop() }()
-		readyOnce := sync.OnceFunc(func() { close(x.ready) })
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case e, ok := <-w.Updates():
-				if !ok {
-					return
-				}
-				if e == nil {
-					readyOnce()
-					continue
-				}
-				if e.Operation() != jetstream.KeyValuePut {
-					x.remove(e.Key())
-					continue
-				}
-				x.put(e.Key(), e.Value(), e.Created(), e.Revision())
-			}
+// watch follows the jobs bucket until ctx ends, from goroutines counted in
+// wg.
+func (x *jobIndex) watch(ctx context.Context, wg *sync.WaitGroup, kv jetstream.KeyValue, log *slog.Logger) error {
+	ready, err := follow(ctx, wg, kv, log, "jobs", func(e jetstream.KeyValueEntry) {
+		if e.Operation() != jetstream.KeyValuePut {
+			x.remove(e.Key())
+			return
 		}
-	}()
+		x.put(e.Key(), e.Value(), e.Created(), e.Revision())
+	})
+	if err != nil {
+		return err
+	}
+	wg.Go(func() {
+		select {
+		case <-ready:
+			close(x.ready)
+		case <-ctx.Done():
+		}
+	})
 	return nil
 }
 

@@ -84,39 +84,11 @@ func (r *registry) watch(ctx context.Context, nc *nats.Conn, kv jetstream.KeyVal
 	// burst of registrations must not hit the default pending limit.
 	_ = sub.SetPendingLimits(-1, 64<<20)
 	context.AfterFunc(ctx, func() { _ = sub.Unsubscribe() })
-	w, err := kv.WatchAll(ctx)
+	ready, err := follow(ctx, &r.loops, kv, r.log, "nodes", func(e jetstream.KeyValueEntry) { r.apply(ctx, e) })
 	if err != nil {
 		return err
 	}
-	ready := make(chan struct{})
-	r.loops.Go(func() {
-		defer func() { _ = w.Stop() }()
-		initial := true
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case e, ok := <-w.Updates():
-				if !ok {
-					return
-				}
-				if e == nil {
-					if initial {
-						initial = false
-						close(ready)
-					}
-					continue
-				}
-				r.apply(ctx, e)
-			}
-		}
-	})
-	select {
-	case <-ready:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return waitReady(ctx, ready, "nodes")
 }
 
 func (r *registry) apply(ctx context.Context, e jetstream.KeyValueEntry) {

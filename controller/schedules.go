@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 	// Schedules' time zones resolve the same on every controller, with or
 	// without a system zoneinfo database.
@@ -15,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
+	"github.com/gridfleet/terraform-provider-grid/internal/retry"
 )
 
 // Schedules fire exactly once per tick across a cluster:
@@ -38,74 +40,86 @@ const (
 	scheduleClaimTimeout = 3 * time.Second
 )
 
-// cachedSchedule is a schedule as the watch last saw it.
+// cachedSchedule is a schedule as last seen (nil sc: deleted at rev).
 type cachedSchedule struct {
 	sc  *api.Schedule
 	rev uint64
 }
 
+// scheduleCache is this controller's copy of the schedules bucket, fed by
+// its watch and by what this controller writes itself; an entry never goes
+// back to an older revision.
+type scheduleCache struct {
+	mu sync.Mutex
+	m  map[string]cachedSchedule
+}
+
+func (sc *scheduleCache) apply(e jetstream.KeyValueEntry) {
+	if e.Operation() != jetstream.KeyValuePut {
+		sc.store(e.Key(), cachedSchedule{nil, e.Revision()})
+		return
+	}
+	var s api.Schedule
+	if err := json.Unmarshal(e.Value(), &s); err != nil {
+		return
+	}
+	sc.store(e.Key(), cachedSchedule{&s, e.Revision()})
+}
+
+func (sc *scheduleCache) store(id string, cs cachedSchedule) {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	if cur, ok := sc.m[id]; ok && cur.rev >= cs.rev {
+		return
+	}
+	sc.m[id] = cs
+}
+
+// live returns the schedules that are not deleted.
+func (sc *scheduleCache) live() map[string]cachedSchedule {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	out := make(map[string]cachedSchedule, len(sc.m))
+	for id, cs := range sc.m {
+		if cs.sc != nil {
+			out[id] = cs
+		}
+	}
+	return out
+}
+
 // scheduleLoop fires the schedules that are due until ctx ends.
 func (c *Controller) scheduleLoop(ctx context.Context) {
-	cache := map[string]cachedSchedule{}
-	var w jetstream.KeyWatcher
-	defer func() {
-		if w != nil {
-			_ = w.Stop()
+	cache := &scheduleCache{m: map[string]cachedSchedule{}}
+	// The watch's goroutine is this loop's: it ends with ctx, and the loop
+	// waits for it before returning.
+	var watching sync.WaitGroup
+	defer watching.Wait()
+	err := retry.Do(ctx, followPolicy, func(try int) error {
+		_, err := follow(ctx, &watching, c.scheds.kv, c.log, "schedules", cache.apply)
+		if err != nil && try == 1 {
+			c.log.Warn("watch schedules; retrying", "err", err)
 		}
-	}()
+		return err
+	})
+	if err != nil {
+		return // ctx ended
+	}
 	t := time.NewTicker(schedulePoll)
 	defer t.Stop()
-	var updates <-chan jetstream.KeyValueEntry
-	warned := false
 	for {
-		if w == nil {
-			var err error
-			if w, err = c.scheds.kv.WatchAll(ctx); err != nil {
-				if ctx.Err() == nil && !warned {
-					c.log.Warn("watch schedules; retrying", "err", err)
-				}
-				w, warned = nil, true
-			} else {
-				updates, warned = w.Updates(), false
-			}
-		}
 		select {
 		case <-ctx.Done():
 			return
-		case e, ok := <-updates:
-			if !ok {
-				_ = w.Stop()
-				w, updates = nil, nil
-				continue
-			}
-			if e != nil {
-				applyScheduleEntry(cache, e)
-			}
 		case <-t.C:
 			now := time.Now().UTC()
-			for id, cs := range cache {
+			for id, cs := range cache.live() {
 				if nsc, nrev := c.tickSchedule(ctx, cs.sc, cs.rev, now); nsc != nil {
-					cache[id] = cachedSchedule{nsc, nrev}
+					cache.store(id, cachedSchedule{nsc, nrev})
 				}
 			}
 		}
 	}
-}
-
-func applyScheduleEntry(cache map[string]cachedSchedule, e jetstream.KeyValueEntry) {
-	cur, known := cache[e.Key()]
-	if known && cur.rev >= e.Revision() {
-		return
-	}
-	if e.Operation() != jetstream.KeyValuePut {
-		delete(cache, e.Key())
-		return
-	}
-	var sc api.Schedule
-	if err := json.Unmarshal(e.Value(), &sc); err != nil {
-		return
-	}
-	cache[e.Key()] = cachedSchedule{&sc, e.Revision()}
 }
 
 // tickSchedule fires or skips a schedule whose next run has come, or

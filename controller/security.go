@@ -183,43 +183,15 @@ func (s *security) admitted(id string) ([]string, bool) {
 	return e.Groups, true
 }
 
-// watch follows the enrollments bucket until ctx ends; it returns once the
-// stored enrollments are loaded.
-func (s *security) watch(ctx context.Context, kv jetstream.KeyValue) error {
+// watch follows the enrollments bucket until ctx ends, from a goroutine
+// counted in wg; it returns once the stored enrollments are loaded.
+func (s *security) watch(ctx context.Context, wg *sync.WaitGroup, kv jetstream.KeyValue) error {
 	s.kv = kv
-	w, err := kv.WatchAll(ctx)
+	ready, err := follow(ctx, wg, kv, s.log, "enrollments", s.apply)
 	if err != nil {
-		return fmt.Errorf("watch enrollments: %w", err)
+		return err
 	}
-	ready := make(chan struct{})
-	go func() {
-		defer func() { _ = w.Stop() }()
-		initial := true
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case e, ok := <-w.Updates():
-				if !ok {
-					return
-				}
-				if e == nil {
-					if initial {
-						initial = false
-						close(ready)
-					}
-					continue
-				}
-				s.apply(e)
-			}
-		}
-	}()
-	select {
-	case <-ready:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return waitReady(ctx, ready, "enrollments")
 }
 
 func (s *security) apply(kve jetstream.KeyValueEntry) {

@@ -68,36 +68,18 @@ func newToken() string {
 
 func hashToken(tok string) [sha256.Size]byte { return sha256.Sum256([]byte(tok)) }
 
-// openTokens loads the bucket and follows it until ctx ends.
-func openTokens(ctx context.Context, kv jetstream.KeyValue, log *slog.Logger) (*tokenStore, error) {
+// openTokens loads the bucket and follows it until ctx ends, from a
+// goroutine counted in wg.
+func openTokens(ctx context.Context, wg *sync.WaitGroup, kv jetstream.KeyValue, log *slog.Logger) (*tokenStore, error) {
 	s := &tokenStore{kv: kv, log: log, byName: map[string]*tokenEntry{}}
-	w, err := kv.WatchAll(ctx)
+	// Serve nothing before the stored tokens are loaded.
+	ready, err := follow(ctx, wg, kv, log, "tokens", s.applyEntry)
 	if err != nil {
-		return nil, fmt.Errorf("watch tokens: %w", err)
+		return nil, err
 	}
-	// The initial values end with a nil entry; serve nothing before then.
-	for e := range w.Updates() {
-		if e == nil {
-			break
-		}
-		s.applyEntry(e)
+	if err := waitReady(ctx, ready, "tokens"); err != nil {
+		return nil, err
 	}
-	go func() {
-		defer func() { _ = w.Stop() }()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case e, ok := <-w.Updates():
-				if !ok {
-					return
-				}
-				if e != nil {
-					s.applyEntry(e)
-				}
-			}
-		}
-	}()
 	return s, nil
 }
 

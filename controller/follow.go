@@ -1,0 +1,89 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gridfleet/terraform-provider-grid/internal/retry"
+)
+
+// followPolicy paces the tries to watch a bucket again after its watch
+// ended.
+var followPolicy = retry.Policy{Initial: 100 * time.Millisecond, Multiplier: 2, Max: 5 * time.Second, Jitter: 0.2}
+
+// follow keeps a copy of a bucket current: it hands every entry of kv (the
+// stored ones, then each change, deletions included) to apply, in order,
+// from one goroutine counted in wg, until ctx ends. The returned channel
+// is closed once the entries stored when it started have been applied.
+//
+// A watch that ends while ctx lives (its updates channel closed) is opened
+// again from the revision after the last one applied, so no change made
+// meanwhile is missed; tries are paced by followPolicy. Only the first
+// watch's failure is returned: a controller must not start without its
+// copy of the bucket.
+func follow(ctx context.Context, wg *sync.WaitGroup, kv jetstream.KeyValue, log *slog.Logger, what string,
+	apply func(jetstream.KeyValueEntry)) (<-chan struct{}, error) {
+	w, err := kv.WatchAll(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("watch %s: %w", what, err)
+	}
+	ready := make(chan struct{})
+	wg.Go(func() {
+		var last uint64
+		initial := true
+		for {
+			for stopped := false; !stopped; {
+				select {
+				case <-ctx.Done():
+					_ = w.Stop()
+					return
+				case e, ok := <-w.Updates():
+					switch {
+					case !ok:
+						stopped = true
+					case e == nil:
+						if initial {
+							initial = false
+							close(ready)
+						}
+					case e.Revision() > last:
+						last = e.Revision()
+						apply(e)
+					}
+				}
+			}
+			_ = w.Stop()
+			err := retry.Do(ctx, followPolicy, func(try int) error {
+				var err error
+				if last == 0 {
+					w, err = kv.WatchAll(ctx)
+				} else {
+					w, err = kv.WatchAll(ctx, jetstream.ResumeFromRevision(last+1))
+				}
+				if err != nil && try == 1 {
+					log.Warn("watch ended; watching again", "bucket", what, "err", err)
+				}
+				return err
+			})
+			if err != nil {
+				return // ctx ended
+			}
+		}
+	})
+	return ready, nil
+}
+
+// waitReady waits for a followed bucket's stored entries to be applied.
+func waitReady(ctx context.Context, ready <-chan struct{}, what string) error {
+	select {
+	case <-ready:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("load %s: %w", what, ctx.Err())
+	}
+}
