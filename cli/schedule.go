@@ -64,7 +64,7 @@ read in (default UTC).
 controller was down): skip (default) fires none of them, run_once fires one
 job for them all. --overlap skip (default) fires nothing while the previous
 tick's job has not finished; allow fires every tick.`,
-		Example: example,
+		Example:            example,
 		DisableFlagParsing: true,
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
 			ra, help, err := parseJobCommandLine(cmd, o, args)
