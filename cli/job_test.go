@@ -11,11 +11,11 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
+	"github.com/gridfleet/terraform-provider-grid/internal/fleet"
+	"github.com/gridfleet/terraform-provider-grid/internal/fleet/fleettest"
 )
 
 // testLookup knows the flags of "job run" plus the global ones.
@@ -250,53 +250,6 @@ func TestBuildSpecFileOverrides(t *testing.T) {
 	}
 }
 
-// fakeController is a minimal controller API: it accepts jobs and reports
-// them finished with the status the test chose.
-type fakeController struct {
-	t        *testing.T
-	final    api.JobStatus
-	mu       sync.Mutex
-	received []api.JobSpec
-}
-
-func (f *fakeController) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Content-Type", "application/json")
-	job := func(status api.JobStatus) api.Job {
-		now := time.Now()
-		j := api.Job{ID: "job-1", Target: api.Target{Scope: api.ScopeAll}, Status: status, CreatedAt: now.Add(-time.Second), UpdatedAt: now,
-			Tasks: []api.Phase{{Backend: "ping", Action: "echo"}}, Expected: []string{"n1", "n2"}}
-		if status.Terminal() {
-			j.Results = api.JobResults{0: {
-				"n1": {Status: api.StepSuccess, Output: "hi", Duration: api.Duration(time.Millisecond)},
-				"n2": {Status: api.StepFailed, Error: "boom\nsecond line", Attempts: 2},
-			}}
-		}
-		return j
-	}
-	switch {
-	case r.Method == http.MethodPost && r.URL.Path == "/job":
-		var spec api.JobSpec
-		if err := json.NewDecoder(r.Body).Decode(&spec); err != nil {
-			f.t.Errorf("decode: %v", err)
-		}
-		f.mu.Lock()
-		f.received = append(f.received, spec)
-		f.mu.Unlock()
-		if spec.Tasks[0].Backend == "nope" {
-			w.WriteHeader(http.StatusBadRequest)
-			_ = json.NewEncoder(w).Encode(api.ErrorBody{Error: "tasks[0].backend: no online node has backend \"nope\""})
-			return
-		}
-		w.WriteHeader(http.StatusAccepted)
-		_ = json.NewEncoder(w).Encode(job(api.JobPending))
-	case r.Method == http.MethodGet && r.URL.Path == "/job/job-1":
-		_ = json.NewEncoder(w).Encode(job(f.final))
-	default:
-		w.WriteHeader(http.StatusNotFound)
-		_ = json.NewEncoder(w).Encode(api.ErrorBody{Error: "not found"})
-	}
-}
-
 func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errb bytes.Buffer
@@ -304,49 +257,78 @@ func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	return code, out.String(), errb.String()
 }
 
-func TestJobRunAgainstController(t *testing.T) {
-	fc := &fakeController{t: t, final: api.JobCompleted}
-	srv := httptest.NewServer(fc)
-	defer srv.Close()
+// TestJobRunAgainstAFleet drives grid job run and status against a real
+// controller and two agents: what the CLI sends is what the controller
+// stores, and the tables, JSON and exit codes follow the real results.
+func TestJobRunAgainstAFleet(t *testing.T) {
+	f := fleettest.Start(t, fleet.Options{Agents: 2})
+	conn := []string{"--addr", f.Client().Address(), "--token", f.AdminToken(), "--cacert", f.CAFile()}
+	grid := func(args ...string) (int, string, string) {
+		t.Helper()
+		return runCLI(t, append(args, conn...)...)
+	}
+	ctx := context.Background()
 
-	code, out, errOut := runCLI(t, "job", "run", "--addr", srv.URL, "--target", "group:web", "ping", "echo", "--message", "hi")
-	if code != ExitOK || strings.TrimSpace(out) != "job-1" {
+	code, out, errOut := grid("job", "run", "--target", "group:web", "ping", "echo", "--message", "hi")
+	id := strings.TrimSpace(out)
+	if code != ExitOK || !strings.HasPrefix(id, "job-") {
 		t.Fatalf("code %d out %q err %q", code, out, errOut)
 	}
-	got := fc.received[0]
+	got, err := f.Client().GetJob(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if got.Target.String() != "group:web" || got.Tasks[0].Params["message"] != "hi" {
-		t.Fatalf("controller received %+v", got)
+		t.Fatalf("controller stored %+v", got)
 	}
 
-	code, out, errOut = runCLI(t, "--addr", srv.URL, "job", "run", "--target", "all", "ping", "echo", "--wait")
+	code, out, errOut = grid("job", "run", "--target", "all", "ping", "echo", "--message", "hello", "--wait")
 	if code != ExitOK {
 		t.Fatalf("completed job: code %d err %q", code, errOut)
 	}
-	for _, want := range []string{"completed", "n1", "success", "hi", "n2", "failed (2 attempts)", "error: boom…"} {
+	for _, want := range []string{"completed", "node-1", "node-2", "success", "hello"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
 	}
 
-	fc.final = api.JobPartialFailure
-	code, out, errOut = runCLI(t, "job", "run", "--target", "all", "ping", "echo", "--wait", "-o", "json", "--addr", srv.URL)
+	// A step that fails everywhere, tried twice, with a two-line error.
+	file := filepath.Join(t.TempDir(), "fail.yaml")
+	if err := os.WriteFile(file, []byte(`target: {scope: all}
+strategy: continue
+tasks:
+  - {backend: ping, action: echo}
+  - {backend: test, action: fail, max_retries: 1, params: {message: "boom\nsecond line"}}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut = grid("job", "run", "-f", file, "--wait")
 	if code != ExitFailed {
-		t.Fatalf("partial failure: code %d err %q", code, errOut)
+		t.Fatalf("failing job: code %d out %q err %q", code, out, errOut)
 	}
+	for _, want := range []string{"failed (2 attempts)", "error: boom…"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	code, out, errOut = grid("job", "run", "-f", file, "--wait", "-o", "json")
 	var j api.Job
-	if err := json.Unmarshal([]byte(out), &j); err != nil || j.Status != api.JobPartialFailure {
-		t.Fatalf("json output %q: %v", out, err)
+	if err := json.Unmarshal([]byte(out), &j); code != ExitFailed || err != nil || j.Status == api.JobCompleted {
+		t.Fatalf("json: code %d out %q err %q (%v)", code, out, errOut, err)
 	}
-	if !strings.Contains(errOut, "partial_failure") {
-		t.Fatalf("stderr %q", errOut)
+	if r := j.Results.Node(1, "node-2"); r == nil || r.Status != api.StepFailed || r.Attempts != 2 || r.Error != "boom\nsecond line" {
+		t.Fatalf("json results of step 1 on node-2: %+v", r)
+	}
+	if !strings.Contains(errOut, string(j.Status)) {
+		t.Fatalf("stderr %q does not name the status %s", errOut, j.Status)
 	}
 
-	code, _, errOut = runCLI(t, "job", "run", "--addr", srv.URL, "--target", "all", "nope", "x")
-	if code != ExitUsage || !strings.Contains(errOut, "no online node has backend") {
+	// The controller's refusal is a usage error that names what is wrong.
+	code, _, errOut = grid("job", "run", "--target", "all", "nope", "x")
+	if code != ExitUsage || !strings.Contains(errOut, `"nope"`) {
 		t.Fatalf("rejected job: code %d err %q", code, errOut)
 	}
-
-	code, _, errOut = runCLI(t, "job", "status", "--addr", srv.URL, "job-2")
+	code, _, errOut = grid("job", "status", "job-does-not-exist")
 	if code != ExitFailed || !strings.Contains(errOut, "not found") {
 		t.Fatalf("missing job: code %d err %q", code, errOut)
 	}
@@ -383,18 +365,31 @@ func TestUsageErrors(t *testing.T) {
 	}
 }
 
+// TestParamFlagAndHelp: a parameter given as -p NAME=VALUE and one given
+// as --NAME VALUE both reach the controller.
 func TestParamFlagAndHelp(t *testing.T) {
-	fc := &fakeController{t: t, final: api.JobCompleted}
-	srv := httptest.NewServer(fc)
-	defer srv.Close()
-	code, _, errOut := runCLI(t, "job", "run", "--addr", srv.URL, "--target", "all", "ping", "sleep", "-p", "timeout=3s", "--duration", "1s")
+	f := fleettest.Start(t, fleet.Options{Agents: 1})
+	code, out, errOut := runCLI(t, "job", "run", "--addr", f.Client().Address(), "--token", f.AdminToken(), "--cacert", f.CAFile(),
+		"--target", "all", "ping", "sleep", "-p", "duration=1s", "--timeout", "30s")
 	if code != ExitOK {
 		t.Fatalf("code %d err %q", code, errOut)
 	}
-	if p := fc.received[0].Tasks[0].Params; p["timeout"] != "3s" || p["duration"] != "1s" {
-		t.Fatalf("params %v", p)
+	j, err := f.Client().GetJob(context.Background(), strings.TrimSpace(out))
+	if err != nil {
+		t.Fatal(err)
 	}
-	code, out, _ := runCLI(t, "job", "run", "--help")
+	if p := j.Tasks[0].Params; p["duration"] != "1s" || j.Timeout != "30s" {
+		t.Fatalf("params %v, timeout %q", p, j.Timeout)
+	}
+	code, out, errOut = runCLI(t, "job", "run", "--addr", f.Client().Address(), "--token", f.AdminToken(), "--cacert", f.CAFile(),
+		"--target", "all", "ping", "echo", "--message", "by-flag")
+	if code != ExitOK {
+		t.Fatalf("code %d err %q", code, errOut)
+	}
+	if j, err = f.Client().GetJob(context.Background(), strings.TrimSpace(out)); err != nil || j.Tasks[0].Params["message"] != "by-flag" {
+		t.Fatalf("job %+v: %v", j, err)
+	}
+	code, out, _ = runCLI(t, "job", "run", "--help")
 	if code != ExitOK || !strings.Contains(out, "--PARAM VALUE") {
 		t.Fatalf("help: code %d out %q", code, out)
 	}
