@@ -273,7 +273,7 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 	for i := range c.bases {
 		n := (start + i) % len(c.bases)
 		var resp *http.Response
-		resp, err = c.send(ctx, c.bases[n], method, path, payload, in != nil)
+		resp, err = c.send(ctx, c.bases[n], method, path, payload, in != nil) //nolint:bodyclose // c.read closes it
 		if err == nil {
 			c.cur.Store(int32(n))
 			return c.read(resp, method, path, out)

@@ -125,7 +125,7 @@ func printTokens(w io.Writer, ts []api.TokenInfo, now time.Time) error {
 }
 
 // clientFlags are the root's flags that only commands calling the API use.
-var clientFlags = map[string]string{
+var clientFlags = map[string]string{ //nolint:gosec // flag names and their help, not credentials
 	"addr":    "the controller address the CLI calls",
 	"token":   "the API token the CLI sends",
 	"output":  "the CLI's output format",

@@ -180,12 +180,7 @@ func TestReadTokenCannotSubmitOrCancel(t *testing.T) {
 		t.Fatalf("job after cancel: %+v %v", final, err)
 	}
 	// As stored, for every controller to see.
-	nc, err := nats.Connect(f.NATSURL(), f.NATSOptions()...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	js := fleettest.JetStream(t, f)
 	kv, err := js.KeyValue(ctx, api.BucketJobs)
 	if err != nil {
 		t.Fatal(err)

@@ -6,9 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/gridfleet/terraform-provider-grid/api"
 	"github.com/gridfleet/terraform-provider-grid/internal/fleet"
 	"github.com/gridfleet/terraform-provider-grid/internal/fleet/fleettest"
@@ -22,15 +19,7 @@ func TestClaimResumesJobStoredOwnedButNotRun(t *testing.T) {
 	f := fleettest.Start(t, fleet.Options{Agents: 2})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	nc, err := nats.Connect(f.NATSURL(), f.NATSOptions()...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := fleettest.JetStream(t, f)
 	kv, err := js.KeyValue(ctx, api.BucketJobs)
 	if err != nil {
 		t.Fatal(err)

@@ -542,7 +542,9 @@ func (c *Controller) consumeResults(ctx context.Context) error {
 func ResultsConsumerPrefix(controllerID string) string {
 	b := []byte("results-" + controllerID)
 	for i, ch := range b {
-		if !(ch >= 'a' && ch <= 'z' || ch >= 'A' && ch <= 'Z' || ch >= '0' && ch <= '9' || ch == '-' || ch == '_') {
+		switch {
+		case ch >= 'a' && ch <= 'z', ch >= 'A' && ch <= 'Z', ch >= '0' && ch <= '9', ch == '-', ch == '_':
+		default:
 			b[i] = '-'
 		}
 	}

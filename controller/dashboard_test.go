@@ -12,9 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/gridfleet/terraform-provider-grid/api"
 	"github.com/gridfleet/terraform-provider-grid/controller"
 	"github.com/gridfleet/terraform-provider-grid/internal/config"
@@ -42,7 +39,7 @@ func dashboardGet(t *testing.T, ctx context.Context, f *fleet.Fleet, path string
 
 func dashboardJSON[T any](t *testing.T, ctx context.Context, f *fleet.Fleet, path string) T {
 	t.Helper()
-	res := dashboardGet(t, ctx, f, path)
+	res := dashboardGet(t, ctx, f, path) //nolint:bodyclose // dashboardGet closes it when the test ends
 	body, _ := io.ReadAll(res.Body)
 	if res.StatusCode != http.StatusOK {
 		t.Fatalf("GET %s: %d %s", path, res.StatusCode, body)
@@ -54,26 +51,6 @@ func dashboardJSON[T any](t *testing.T, ctx context.Context, f *fleet.Fleet, pat
 	return v
 }
 
-// bucket opens one of the fleet's KV buckets over a NATS connection of the
-// test's own.
-func bucket(t *testing.T, ctx context.Context, f *fleet.Fleet, name string) jetstream.KeyValue {
-	t.Helper()
-	nc, err := nats.Connect(f.NATSURL(), f.NATSOptions()...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kv, err := js.KeyValue(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return kv
-}
-
 // Node records are put in the registry directly: GET /fleet pages, filters
 // and counts them on the server, and GET /nodes keeps its plain list.
 func TestFleetRoutePagesFiltersAndCounts(t *testing.T) {
@@ -82,7 +59,7 @@ func TestFleetRoutePagesFiltersAndCounts(t *testing.T) {
 	}})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	kv := bucket(t, ctx, f, api.BucketNodes)
+	kv := fleettest.Bucket(t, ctx, f, api.BucketNodes)
 	now := time.Now().UTC()
 	admit := map[string][]string{}
 	for i := range 25 {
@@ -168,7 +145,7 @@ func TestFleetRoutePagesFiltersAndCounts(t *testing.T) {
 	}
 
 	for query, field := range map[string]string{"limit=0": "limit", "limit=5000": "limit", "offset=-1": "offset", "status=asleep": "status"} {
-		res := dashboardGet(t, ctx, f, "/fleet?"+query)
+		res := dashboardGet(t, ctx, f, "/fleet?"+query) //nolint:bodyclose // dashboardGet closes it when the test ends
 		body, _ := io.ReadAll(res.Body)
 		if res.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), field) {
 			t.Errorf("%s: %d %s, want 400 naming %s", query, res.StatusCode, body, field)
@@ -213,7 +190,7 @@ func TestJobsPageListsSummariesNewestFirst(t *testing.T) {
 	stored, _ := json.Marshal(map[string]any{"id": "byci", "status": "failed", "target": map[string]string{"scope": "group", "value": "web"},
 		"tasks": []api.Phase{{Backend: "ping", Action: "sleep"}}, "submitted_by": "ci", "expected": []string{"a", "b", "c"},
 		"created_at": old, "updated_at": old})
-	if _, err := bucket(t, ctx, f, api.BucketJobs).Put(ctx, "byci", stored); err != nil {
+	if _, err := fleettest.Bucket(t, ctx, f, api.BucketJobs).Put(ctx, "byci", stored); err != nil {
 		t.Fatal(err)
 	}
 
@@ -240,14 +217,14 @@ func TestJobsPageListsSummariesNewestFirst(t *testing.T) {
 		for _, h := range p.Jobs {
 			got = append(got, h.ID)
 		}
-		if !slices.Equal(got, want) && !(len(got) == 0 && len(want) == 0) {
+		if !slices.Equal(got, want) && (len(got) != 0 || len(want) != 0) {
 			t.Errorf("%s: %v, want %v", query, got, want)
 		}
 	}
 	if h := dashboardJSON[api.JobPage](t, ctx, f, "/jobs/page?submitter=ci").Jobs[0]; h.SubmittedBy != "ci" || h.Nodes != 3 {
 		t.Errorf("stored submitter: %+v", h)
 	}
-	res := dashboardGet(t, ctx, f, "/jobs/page?limit=x")
+	res := dashboardGet(t, ctx, f, "/jobs/page?limit=x") //nolint:bodyclose // dashboardGet closes it when the test ends
 	if body, _ := io.ReadAll(res.Body); res.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), "limit") {
 		t.Errorf("limit=x: %d %s", res.StatusCode, body)
 	}
@@ -286,7 +263,7 @@ func TestJobEventsStreamARunToItsEnd(t *testing.T) {
 	f := fleettest.Start(t, fleet.Options{Agents: 2})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if res := dashboardGet(t, ctx, f, "/job/nosuchjob/events"); res.StatusCode != http.StatusNotFound {
+	if res := dashboardGet(t, ctx, f, "/job/nosuchjob/events"); res.StatusCode != http.StatusNotFound { //nolint:bodyclose // dashboardGet closes it when the test ends
 		t.Errorf("unknown job: %d, want 404", res.StatusCode)
 	}
 	j, err := f.Client().SubmitJob(ctx, &api.JobSpec{Target: api.Target{Scope: api.ScopeAll}, Tasks: []api.Phase{
@@ -296,7 +273,7 @@ func TestJobEventsStreamARunToItsEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res := dashboardGet(t, ctx, f, "/job/"+j.ID+"/events")
+	res := dashboardGet(t, ctx, f, "/job/"+j.ID+"/events") //nolint:bodyclose // dashboardGet closes it when the test ends
 	if res.StatusCode != http.StatusOK || res.Header.Get("Content-Type") != "text/event-stream" {
 		t.Fatalf("events: %d %s", res.StatusCode, res.Header.Get("Content-Type"))
 	}

@@ -9,9 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/gridfleet/terraform-provider-grid/api"
 	"github.com/gridfleet/terraform-provider-grid/controller"
 	"github.com/gridfleet/terraform-provider-grid/internal/fleet"
@@ -26,15 +23,7 @@ func TestPoisonRequestGoesToDeadLetters(t *testing.T) {
 	f := fleettest.Start(t, fleet.Options{Agents: 1, Controller: func(c *controller.Config) { c.MaxDeliveries = 3 }})
 	ctx := context.Background()
 	c := f.Client()
-	nc, err := nats.Connect(f.NATSURL(), f.NATSOptions()...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := fleettest.JetStream(t, f)
 	kv, err := js.KeyValue(ctx, api.BucketJobs)
 	if err != nil {
 		t.Fatal(err)

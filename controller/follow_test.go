@@ -100,14 +100,14 @@ func TestFollowAppliesEveryChangeAcrossAnEndedWatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	real, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "follow"})
+	bucket, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "follow"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := real.Put(ctx, "a", []byte("1")); err != nil {
+	if _, err := bucket.Put(ctx, "a", []byte("1")); err != nil {
 		t.Fatal(err)
 	}
-	kv := &endingKV{KeyValue: real}
+	kv := &endingKV{KeyValue: bucket}
 
 	var (
 		mu   sync.Mutex
@@ -137,7 +137,7 @@ func TestFollowAppliesEveryChangeAcrossAnEndedWatch(t *testing.T) {
 	}
 	mu.Unlock()
 
-	if _, err := real.Put(ctx, "b", []byte("2")); err != nil {
+	if _, err := bucket.Put(ctx, "b", []byte("2")); err != nil {
 		t.Fatal(err)
 	}
 	testwait.Until(t, 10*time.Second, 10*time.Millisecond, "b applied", func() bool {
@@ -147,10 +147,10 @@ func TestFollowAppliesEveryChangeAcrossAnEndedWatch(t *testing.T) {
 	})
 	kv.endAll()
 	// Written while no watch is open (or before the new one catches up).
-	if _, err := real.Put(ctx, "a", []byte("3")); err != nil {
+	if _, err := bucket.Put(ctx, "a", []byte("3")); err != nil {
 		t.Fatal(err)
 	}
-	if err := real.Delete(ctx, "b"); err != nil {
+	if err := bucket.Delete(ctx, "b"); err != nil {
 		t.Fatal(err)
 	}
 	want := []string{"put a 1", "put b 2", "put a 3", "del b"}

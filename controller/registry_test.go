@@ -6,9 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/gridfleet/terraform-provider-grid/api"
 	"github.com/gridfleet/terraform-provider-grid/internal/fleet"
 	"github.com/gridfleet/terraform-provider-grid/internal/fleet/fleettest"
@@ -20,15 +17,7 @@ import (
 // node_offline_after.
 func TestNodeLivenessFollowsReceivedHeartbeats(t *testing.T) {
 	f := fleettest.Start(t, fleet.Options{}) // node_offline_after 2s
-	nc, err := nats.Connect(f.NATSURL(), f.NATSOptions()...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := fleettest.JetStream(t, f)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	kv, err := js.KeyValue(ctx, api.BucketNodes)

@@ -395,7 +395,7 @@ func (s *security) enroll(ctx context.Context, key string, req api.EnrollRequest
 	}
 	b, _ := json.Marshal(e)
 	if _, err := s.kv.Update(ctx, req.NodeID, b, cur.Revision()); err != nil {
-		return nil, fmt.Errorf("%w (%v)", errEnrollConflict, err)
+		return nil, fmt.Errorf("%w (%w)", errEnrollConflict, err)
 	}
 	return &e, nil
 }

@@ -237,12 +237,7 @@ func TestRegistryRefusesForgedRecords(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	nc, err := nats.Connect(f.NATSURL(), f.NATSOptions()...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	js := fleettest.JetStream(t, f)
 	kv, err := js.KeyValue(ctx, api.BucketNodes)
 	if err != nil {
 		t.Fatal(err)

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
@@ -75,12 +74,7 @@ func TestSensitiveParamNeverInClear(t *testing.T) {
 		}
 	}
 
-	nc, err := nats.Connect(f.NATSURL(), f.NATSOptions()...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	js := fleettest.JetStream(t, f)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, b := range []string{api.BucketJobs, api.BucketJobSecrets} {
@@ -131,7 +125,7 @@ func TestSensitiveParamNeverInClear(t *testing.T) {
 	}
 
 	// "(sensitive)" itself is not a value one can submit.
-	_, err = f.Client().SubmitJob(ctx, &api.JobSpec{Target: api.Target{Scope: api.ScopeAll},
+	_, err := f.Client().SubmitJob(ctx, &api.JobSpec{Target: api.Target{Scope: api.ScopeAll},
 		Tasks: []api.Phase{{Backend: "ping", Action: "echo", Params: api.Params{"message": api.SensitiveValue}}}})
 	if !api.IsStatus(err, 400) || !strings.Contains(err.Error(), "tasks[0].params.message") {
 		t.Errorf("literal %q: %v, want a 400 naming the param", api.SensitiveValue, err)

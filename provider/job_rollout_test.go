@@ -212,8 +212,12 @@ func TestAccJobResource_preview(t *testing.T) {
 					},
 				},
 				Check: func(*terraform.State) error {
-					if b, err := os.ReadFile(file); err != nil || string(b) != "hello" {
-						return fmt.Errorf("after apply the file holds %q (%v), want hello", b, err)
+					b, err := os.ReadFile(file)
+					if err != nil {
+						return fmt.Errorf("after apply: %w", err)
+					}
+					if string(b) != "hello" {
+						return fmt.Errorf("after apply the file holds %q, want hello", b)
 					}
 					return nil
 				},

@@ -184,7 +184,7 @@ func (b *Backend) Run(ctx context.Context, req *backends.Request) (*backends.Res
 	if jobID == "" {
 		jobID = rid
 	}
-	line, err := json.Marshal(request{JobID: jobID, Step: req.Step, Node: req.Node, Attempt: req.Attempt, RequestID: rid,
+	line, err := json.Marshal(request{JobID: jobID, Step: req.Step, Node: req.Node, Attempt: req.Attempt, RequestID: rid, //nolint:gosec // the program is sent its secret on purpose (run.secret), over its own stdin
 		Type: name, Payload: json.RawMessage(input), Secret: req.Params["secret"]})
 	if err != nil {
 		return nil, fmt.Errorf("exec: encode request: %w", err)

@@ -28,8 +28,8 @@ func TestSymlinkSwapRace(t *testing.T) {
 	if err := os.Chmod(outside, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	real, evil, d := filepath.Join(dir, "real"), filepath.Join(dir, "evil"), filepath.Join(dir, "d")
-	if err := os.Mkdir(real, 0o755); err != nil {
+	inside, evil, d := filepath.Join(dir, "real"), filepath.Join(dir, "evil"), filepath.Join(dir, "d")
+	if err := os.Mkdir(inside, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Symlink(outside, evil); err != nil {
@@ -39,7 +39,7 @@ func TestSymlinkSwapRace(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	var wg sync.WaitGroup
-	// The swapper: d is the real directory, then nothing, then the link
+	// The swapper: d is the inside directory, then nothing, then the link
 	// to outside, then nothing, over and over.
 	wg.Go(func() {
 		for ctx.Err() == nil {
@@ -48,8 +48,8 @@ func TestSymlinkSwapRace(t *testing.T) {
 			if fi, err := os.Lstat(d); err == nil && fi.IsDir() {
 				_ = os.RemoveAll(d)
 			}
-			_ = os.Rename(real, d)
-			_ = os.Rename(d, real)
+			_ = os.Rename(inside, d)
+			_ = os.Rename(d, inside)
 			_ = os.Rename(evil, d)
 			_ = os.Rename(d, evil)
 		}

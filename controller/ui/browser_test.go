@@ -18,8 +18,6 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gridfleet/terraform-provider-grid/agent"
 	"github.com/gridfleet/terraform-provider-grid/api"
@@ -466,15 +464,7 @@ func putNodes(t *testing.T, ctx context.Context, f *fleet.Fleet, n int) {
 	if err := f.AdmitNodes(ctx, admit); err != nil {
 		t.Fatalf("admit nodes: %v", err)
 	}
-	nc, err := nats.Connect(f.NATSURL(), f.NATSOptions()...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := fleettest.JetStream(t, f)
 	kv, err := js.KeyValue(ctx, api.BucketNodes)
 	if err != nil {
 		t.Fatal(err)

@@ -301,7 +301,11 @@ func (e *Env) FloorProcs(ctx context.Context, n, rounds int) ([]time.Duration, e
 			line, err := bufio.NewReader(out).ReadString('\n')
 			if err != nil || strings.TrimSpace(line) != "ready" {
 				errMu.Lock()
-				errs = append(errs, fmt.Errorf("%s: not ready (%q, %v)", p.name, line, err))
+				if err != nil {
+					errs = append(errs, fmt.Errorf("%s: not ready (%q): %w", p.name, line, err))
+				} else {
+					errs = append(errs, fmt.Errorf("%s: not ready (%q)", p.name, line))
+				}
 				errMu.Unlock()
 			}
 			wg.Done()

@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/gridfleet/terraform-provider-grid/agent"
 	"github.com/gridfleet/terraform-provider-grid/controller"
 	"github.com/gridfleet/terraform-provider-grid/internal/config"
@@ -55,4 +58,31 @@ func Start(t testing.TB, opts fleet.Options) *fleet.Fleet {
 		}
 	})
 	return f
+}
+
+// JetStream connects to f's NATS server as the controller does, for a test
+// that reads or writes the streams and buckets themselves. The connection is
+// closed when the test ends.
+func JetStream(t testing.TB, f *fleet.Fleet) jetstream.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(f.NATSURL(), f.NATSOptions()...)
+	if err != nil {
+		t.Fatalf("connect to the fleet's NATS: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatalf("jetstream: %v", err)
+	}
+	return js
+}
+
+// Bucket opens one of f's KV buckets over a connection of the test's own.
+func Bucket(t testing.TB, ctx context.Context, f *fleet.Fleet, name string) jetstream.KeyValue {
+	t.Helper()
+	kv, err := JetStream(t, f).KeyValue(ctx, name)
+	if err != nil {
+		t.Fatalf("open bucket %s: %v", name, err)
+	}
+	return kv
 }
