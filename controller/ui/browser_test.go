@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -321,6 +322,10 @@ func TestDashboardInBrowser(t *testing.T) {
 		if c := eval[bool](t, tab, `document.getElementById('job-cancel').hidden`); !c {
 			t.Errorf("a finished job offers cancel")
 		}
+		// A completed job can be run again, but has no failed nodes.
+		if r := eval[[]bool](t, tab, `[document.getElementById('job-retry').hidden, document.getElementById('job-retry-failed').hidden]`); r[0] || !r[1] {
+			t.Errorf("completed job: retry hidden %v, retry failed nodes hidden %v; want shown, hidden", r[0], r[1])
+		}
 		snap(t, tab, "job")
 
 		// The jobs view lists it; its filters narrow the list.
@@ -375,6 +380,59 @@ func TestDashboardInBrowser(t *testing.T) {
 		waitJS(t, tab, 15*time.Second, "the job cancelled", `document.body.dataset.jobStatus === 'cancelled' && document.body.dataset.jobEnded === '`+j.ID+`'`)
 		if got, err := f.Client().GetJob(ctx, j.ID); err != nil || got.Status != api.JobCancelled {
 			t.Fatalf("job after cancel: %v %v", got.Status, err)
+		}
+
+		// The cancelled job's node is retried from the page: the new job
+		// opens, linked to the old one, on node-1 alone.
+		waitJS(t, tab, 10*time.Second, "retry offered", `!document.getElementById('job-retry-failed').hidden && !document.getElementById('job-retry').hidden`)
+		do(t, tab, 5*time.Second, "retry failed nodes", chromedp.Click(chromedp.ID("job-retry-failed")))
+		waitJS(t, tab, 15*time.Second, "the new job's page", `location.hash.startsWith('#/job/') && location.hash !== '#/job/`+j.ID+`' && (document.getElementById('job-retry-of') || {}).textContent === '`+j.ID+`'`)
+		newID := strings.TrimPrefix(eval[string](t, tab, `decodeURIComponent(location.hash)`), "#/job/")
+		retried, err := f.Client().GetJob(ctx, newID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if retried.RetryOf != j.ID || !slices.Equal(retried.Nodes, []string{"node-1"}) || retried.SubmittedBy != "ops" {
+			t.Errorf("retried job: retry_of %q nodes %v submitted_by %q; want %s, [node-1], ops", retried.RetryOf, retried.Nodes, retried.SubmittedBy, j.ID)
+		}
+		if _, err := f.Client().CancelJob(ctx, newID); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("pause and resume a schedule", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		if _, err := f.Client().CreateSchedule(ctx, &api.ScheduleSpec{Name: "nightly-ping", Cron: "0 3 * * *", TimeZone: "Europe/Berlin",
+			Job: api.JobSpec{Target: api.Target{Scope: api.ScopeAll}, Tasks: []api.Phase{{Backend: "ping", Action: "echo"}}}}); err != nil {
+			t.Fatal(err)
+		}
+		tab := newTab(t, browser)
+		signIn(t, tab, base, readToken)
+		waitJS(t, tab, 10*time.Second, "the fleet view", `location.hash === '#/fleet'`)
+		do(t, tab, 10*time.Second, "open the schedules view", chromedp.Click(chromedp.ID("nav-schedules")))
+		row := `document.querySelector('#schedules-table tr[data-schedule="nightly-ping"]')`
+		waitJS(t, tab, 10*time.Second, "the schedule listed", `!!`+row+` && `+row+`.querySelector('.state').textContent === 'active'`)
+		if got := eval[string](t, tab, row+`.querySelector('td:nth-child(3)').textContent + ' ' + `+row+`.querySelector('td:nth-child(2)').textContent`); got != "Europe/Berlin 0 3 * * *" {
+			t.Errorf("row shows %q", got)
+		}
+		// A read token may view but not pause.
+		do(t, tab, 5*time.Second, "pause as a reader", chromedp.Click(chromedp.CSS(`#schedules-table button[data-id="nightly-ping"]`)))
+		waitJS(t, tab, 10*time.Second, "the refusal", `document.getElementById('schedules-msg').textContent.includes('Not allowed to pause') && document.getElementById('schedules-msg').textContent.includes('needs role operator')`)
+		snap(t, tab, "schedules")
+
+		do(t, tab, 5*time.Second, "sign out", chromedp.Click(chromedp.ID("signout")))
+		signIn(t, tab, base, opsToken)
+		waitJS(t, tab, 10*time.Second, "the schedules view again", `location.hash === '#/schedules' && !!`+row)
+		do(t, tab, 5*time.Second, "pause", chromedp.Click(chromedp.CSS(`#schedules-table button[data-id="nightly-ping"]`)))
+		waitJS(t, tab, 10*time.Second, "shown paused", row+`.querySelector('.state').textContent === 'paused' && `+row+`.querySelector('button').textContent === 'Resume'`)
+		if sc, err := f.Client().GetSchedule(ctx, "nightly-ping"); err != nil || !sc.Paused {
+			t.Fatalf("schedule after pause: %+v %v", sc, err)
+		}
+		do(t, tab, 5*time.Second, "resume", chromedp.Click(chromedp.CSS(`#schedules-table button[data-id="nightly-ping"]`)))
+		waitJS(t, tab, 10*time.Second, "shown active", row+`.querySelector('.state').textContent === 'active'`)
+		if sc, err := f.Client().GetSchedule(ctx, "nightly-ping"); err != nil || sc.Paused || sc.NextRun == nil {
+			t.Fatalf("schedule after resume: %+v %v", sc, err)
 		}
 	})
 

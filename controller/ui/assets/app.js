@@ -53,7 +53,9 @@
   async function api(path, opts = {}) {
     const res = await fetch(BASE + path, {
       method: opts.method || 'GET',
-      headers: { 'Authorization': 'Bearer ' + token(), 'Accept': opts.accept || 'application/json' },
+      headers: Object.assign({ 'Authorization': 'Bearer ' + token(), 'Accept': opts.accept || 'application/json' },
+        opts.body === undefined ? {} : { 'Content-Type': 'application/json' }),
+      body: opts.body === undefined ? undefined : JSON.stringify(opts.body),
       signal: opts.signal,
       cache: 'no-store',
     });
@@ -155,6 +157,7 @@
     if (h.startsWith('#/signin')) signinView();
     else if ((m = /^#\/job\/([^/?#]+)/.exec(h))) jobView(decodeURIComponent(m[1]), view);
     else if (h.startsWith('#/jobs')) jobsView(view);
+    else if (h.startsWith('#/schedules')) schedulesView(view);
     else fleetView(view);
   }
 
@@ -388,6 +391,8 @@
     $('job-status').replaceChildren(badge('pending'));
     cancelArmed(false);
     $('job-cancel').hidden = true;
+    $('job-retry').hidden = true;
+    $('job-retry-failed').hidden = true;
     jv = { id, v, job: null, steps: [], nodes: [], cells: new Map(), dirty: new Set(), frame: 0, page: 0, selected: null, ended: false };
     stream(jv, 0);
   }
@@ -577,12 +582,18 @@
     const terminal = ['completed', 'failed', 'cancelled', 'partial_failure'].includes(j.status);
     $('job-cancel').hidden = terminal;
     if (terminal) { cancelArmed(false); $('job-cancel-keep').hidden = true; }
+    // A finished job can be run again; one that did not complete also on
+    // the nodes that failed, were cancelled or unreachable alone.
+    $('job-retry').hidden = !terminal;
+    $('job-retry-failed').hidden = !terminal || j.status === 'completed';
     const meta = [['Target', target(j.target)], ['Submitted by', j.submitted_by || '—'], ['Strategy', j.strategy || 'fail-fast'],
       ['Created', stamp(j.created_at)], ['Started', stamp(j.started_at)], ['Finished', stamp(j.finished_at)],
       ['Took', took(j.started_at, j.finished_at)], ['Controller', j.owner || '']];
     if (j.check_mode) meta.push(['Check mode', 'yes (nothing is changed)']);
+    if (j.retry_of) meta.push(['Retry of', el('a', { href: '#/job/' + encodeURIComponent(j.retry_of), class: 'mono', id: 'job-retry-of', text: j.retry_of })]);
+    if (j.schedule_id) meta.push(['Schedule', el('a', { href: '#/schedules', id: 'job-schedule', text: j.schedule_id })]);
     if (j.error) meta.push(['Error', j.error]);
-    $('job-meta').replaceChildren(...meta.flatMap(([k, v]) => [el('dt', { text: k }), el('dd', { text: v || '—' })]));
+    $('job-meta').replaceChildren(...meta.flatMap(([k, v]) => [el('dt', { text: k }), el('dd', null, v || '—')]));
     const counts = {};
     let cells = 0;
     for (let i = 0; i < s.steps.length; i++) {
@@ -655,6 +666,86 @@
       showMsg('job-msg', (e.status === 403 ? 'Not allowed to cancel: ' : 'Cancel failed: ') + e.message);
     } finally {
       $('job-cancel').disabled = false;
+    }
+  });
+
+  // Retry submits the finished job's spec as a new job (operator role) and
+  // opens it; the server's refusal (a role too weak, no failed nodes, a
+  // sensitive param whose value is gone) is shown here.
+  async function retry(failedOnly) {
+    if (!jv) return;
+    const b = $(failedOnly ? 'job-retry-failed' : 'job-retry');
+    b.disabled = true;
+    try {
+      const j = await api('/job/' + encodeURIComponent(jv.id) + '/retry', { method: 'POST', body: { failed_only: failedOnly } });
+      location.hash = '#/job/' + encodeURIComponent(j.id);
+    } catch (e) {
+      if (e instanceof AuthError) return;
+      showMsg('job-msg', (e.status === 403 ? 'Not allowed to retry: ' : 'Retry failed: ') + e.message);
+    } finally {
+      b.disabled = false;
+    }
+  }
+  $('job-retry').addEventListener('click', () => retry(false));
+  $('job-retry-failed').addEventListener('click', () => retry(true));
+
+  // ---- schedules ---------------------------------------------------------
+
+  function schedulesView(v) {
+    show('schedules', 'Schedules');
+    loadSchedules(v);
+  }
+
+  async function loadSchedules(v) {
+    if (v.stopped) return;
+    clearTimeout(v.timer);
+    const seq = (v.seq = (v.seq || 0) + 1);
+    try {
+      const list = await api('/schedules', { signal: v.abort.signal });
+      if (v.stopped || seq !== v.seq) return;
+      renderSchedules(list || []);
+    } catch (e) {
+      if (e instanceof AuthError || e.name === 'AbortError') return;
+      showMsg('schedules-msg', 'Could not load schedules: ' + e.message + ' (retrying)');
+    }
+    if (!v.stopped && seq === v.seq) v.timer = setTimeout(() => loadSchedules(v), REFRESH_MS);
+  }
+
+  function renderSchedules(list) {
+    const rows = document.createDocumentFragment();
+    for (const s of list) {
+      const state = s.paused ? 'paused' : 'active';
+      rows.append(el('tr', { 'data-schedule': s.id },
+        el('th', { scope: 'row', class: 'mono', text: s.id }),
+        el('td', { class: 'mono', text: s.cron }),
+        el('td', { text: s.time_zone || 'UTC' }),
+        el('td', { class: 'state' }, badge(state)),
+        el('td', { title: s.next_run || '', text: s.next_run ? stamp(s.next_run) : '—' }),
+        el('td', { title: s.last_run || '', text: s.last_run ? ago(s.last_run) : '—' }),
+        el('td', { class: 'mono' }, s.last_job_id ? el('a', { href: '#/job/' + encodeURIComponent(s.last_job_id), text: s.last_job_id }) : '—'),
+        el('td', { class: 'num', text: num(s.fired) }),
+        el('td', { class: 'num', text: num(s.skipped) }),
+        el('td', { text: s.last_skip_reason || '—' }),
+        el('td', null, el('button', { type: 'button', 'data-id': s.id, 'data-act': s.paused ? 'resume' : 'pause',
+          'aria-label': (s.paused ? 'Resume ' : 'Pause ') + s.id, text: s.paused ? 'Resume' : 'Pause' }))));
+    }
+    if (!list.length) rows.append(el('tr', null, el('td', { colspan: '11', class: 'muted', text: 'No schedule yet.' })));
+    $('schedules-table').tBodies[0].replaceChildren(rows);
+    $('schedules-count').textContent = num(list.length) + (list.length === 1 ? ' schedule' : ' schedules');
+  }
+
+  $('schedules-table').addEventListener('click', async (e) => {
+    const b = e.target.closest('button[data-act]');
+    if (!b) return;
+    b.disabled = true;
+    try {
+      await api('/schedule/' + encodeURIComponent(b.dataset.id) + '/' + b.dataset.act, { method: 'POST' });
+      showMsg('schedules-msg', '');
+      if (view) loadSchedules(view);
+    } catch (err) {
+      if (err instanceof AuthError) return;
+      showMsg('schedules-msg', (err.status === 403 ? 'Not allowed to ' + b.dataset.act + ': ' : b.dataset.act + ' failed: ') + err.message);
+      b.disabled = false;
     }
   });
 
