@@ -472,6 +472,13 @@ func (c *Client) GetNode(ctx context.Context, id string) (*NodeInfo, error) {
 	return &n, nil
 }
 
+// RemoveNode forgets an offline node's record; an online node is a 409.
+// The node's enrollment is kept: an agent that comes back with its key
+// registers again (revoke it to keep it out).
+func (c *Client) RemoveNode(ctx context.Context, id string) error {
+	return c.do(ctx, http.MethodDelete, "/node/"+url.PathEscape(id), nil, nil)
+}
+
 // Status fetches the cluster status.
 func (c *Client) Status(ctx context.Context) (*Status, error) {
 	var s Status

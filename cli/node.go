@@ -85,6 +85,26 @@ func newNodeCommand(g *globals) *cobra.Command {
 			return c.RevokeNode(cmd.Context(), id)
 		}),
 		&cobra.Command{
+			Use:   "remove ID",
+			Short: "Forget an offline node's record (a host scaled down or rebuilt)",
+			Long: `Forget an offline node's record, so targets, the catalog and the fleet's
+counts stop listing it. An online node is refused: stop its agent first.
+The node's admission is kept: an agent that comes back with the same key
+registers again. To keep a host out, revoke it (grid node revoke ID).`,
+			Args: exactArgs("ID"),
+			RunE: runE(func(cmd *cobra.Command, args []string) error {
+				c, err := g.client()
+				if err != nil {
+					return err
+				}
+				if err := c.RemoveNode(cmd.Context(), args[0]); err != nil {
+					return fmt.Errorf("remove node %s: %w", args[0], err)
+				}
+				_, err = fmt.Fprintf(g.stdout, "node %s removed\n", args[0])
+				return err
+			}),
+		},
+		&cobra.Command{
 			Use:   "info ID",
 			Short: "Show a node with its backends and actions",
 			Args:  exactArgs("ID"),

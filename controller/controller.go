@@ -41,6 +41,8 @@ type Controller struct {
 	js   jetstream.JetStream
 	reg  *registry
 	jobs *jobStore
+	// nodesKV holds the node records the registry follows.
+	nodesKV jetstream.KeyValue
 	// sec is the embedded server's TLS and authentication; nil when
 	// insecure or on an external NATS.
 	sec *security
@@ -267,6 +269,7 @@ func (c *Controller) Start(ctx context.Context) error {
 	if err != nil {
 		return fail(err)
 	}
+	c.nodesKV = nodesKV
 	runCtx, stopRuns := context.WithCancel(context.Background())
 	c.reg = newRegistry(c.log, c.cfg.NodeOfflineAfter.D(), schemasKV)
 	c.reg.heartbeats = c.metrics.heartbeats

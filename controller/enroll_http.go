@@ -59,9 +59,7 @@ func (c *Controller) handleDecide(to string) http.HandlerFunc {
 			return
 		}
 		if to == api.EnrollRevoked {
-			if kv, err := c.js.KeyValue(ctx, api.BucketNodes); err == nil {
-				_ = kv.Delete(ctx, id)
-			}
+			_ = c.nodesKV.Delete(ctx, id)
 		}
 		c.log.Info("node enrollment decided", "node", id, "status", e.Status)
 		writeJSON(w, http.StatusOK, e)

@@ -31,6 +31,7 @@ func (c *Controller) apiRoutes() []route {
 		{"GET /jobs", api.RoleRead, h(c.handleListJobs)},
 		{"GET /nodes", api.RoleRead, h(c.handleListNodes)},
 		{"GET /node/{id}", api.RoleRead, h(c.handleGetNode)},
+		{"DELETE /node/{id}", api.RoleAdmin, h(c.handleRemoveNode)},
 		{"GET /status", api.RoleRead, h(c.handleStatus)},
 		{"GET /controllers", api.RoleRead, h(c.handleControllers)},
 		{"GET /backends", api.RoleRead, h(c.handleBackends)},
@@ -471,6 +472,34 @@ func (c *Controller) handleGetNode(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, n)
+}
+
+// handleRemoveNode serves DELETE /node/{id}: it forgets the record of a
+// node that is offline (a host scaled down or rebuilt under another name),
+// so targets, the catalog and the fleet's counts stop listing it. An online
+// node is a 409: its next heartbeat would bring it back at once.
+func (c *Controller) handleRemoveNode(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	n, ok := c.reg.get(id)
+	if !ok {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("node %s not found", id))
+		return
+	}
+	if n.Status == api.NodeOnline {
+		writeError(w, http.StatusConflict, fmt.Sprintf("node %s is online (last seen %s); stop its agent first, or revoke it (grid node revoke %s) to disconnect it and refuse its key", id, n.LastSeen.Format(time.RFC3339), id))
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	defer cancel()
+	if err := c.nodesKV.Delete(ctx, id); err != nil {
+		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("remove node %s: %v", id, err))
+		return
+	}
+	// Gone from this controller's answers at once; the others follow the
+	// bucket's delete marker.
+	c.reg.forget(id)
+	c.log.Info("node removed", "node", id, "by", principalFrom(r.Context()).Name)
+	w.WriteHeader(http.StatusNoContent)
 }
 
 func (c *Controller) handleStatus(w http.ResponseWriter, r *http.Request) {

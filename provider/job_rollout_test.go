@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
 	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
@@ -20,6 +21,7 @@ import (
 	"github.com/gridfleet/terraform-provider-grid/api"
 	"github.com/gridfleet/terraform-provider-grid/internal/fleet"
 	"github.com/gridfleet/terraform-provider-grid/internal/fleet/fleettest"
+	"github.com/gridfleet/terraform-provider-grid/internal/testwait"
 )
 
 // grid_job with rolling limits: bad limits are refused at validate time,
@@ -160,6 +162,43 @@ func TestAccJobResource_converge(t *testing.T) {
 						}
 						if len(jobs) != 2 || jobs[0].Target.String() != "node:node-3" || !slices.Equal(jobs[0].Expected, []string{"node-3"}) {
 							return fmt.Errorf("jobs %d, newest on %s %v; want 2 with the newest on node-3 alone", len(jobs), jobs[0].Target, jobs[0].Expected)
+						}
+						return nil
+					},
+				),
+			},
+			{
+				// A host scaled down: its agent stops and its record is
+				// removed. The plan drops it from converged_nodes and the
+				// apply runs nothing.
+				PreConfig: func() {
+					ctx := context.Background()
+					if err := f.KillAgent("node-2"); err != nil {
+						t.Fatal(err)
+					}
+					testwait.Until(t, 30*time.Second, 100*time.Millisecond, "node-2 offline", func() bool {
+						n, err := f.Client().GetNode(ctx, "node-2")
+						return err == nil && n.Status == api.NodeOffline
+					})
+					if err := f.Client().RemoveNode(ctx, "node-2"); err != nil {
+						t.Fatal(err)
+					}
+				},
+				Config: cfg,
+				ConfigPlanChecks: resource.ConfigPlanChecks{
+					PreApply: []plancheck.PlanCheck{plancheck.ExpectResourceAction(res, plancheck.ResourceActionUpdate)},
+				},
+				Check: resource.ComposeAggregateTestCheckFunc(
+					resource.TestCheckResourceAttr(res, "converged_nodes.#", "2"),
+					resource.TestCheckResourceAttr(res, "converged_nodes.0", "node-1"),
+					resource.TestCheckResourceAttr(res, "converged_nodes.1", "node-3"),
+					func(*terraform.State) error {
+						jobs, err := f.Client().ListJobs(context.Background())
+						if err != nil {
+							return err
+						}
+						if len(jobs) != 2 {
+							return fmt.Errorf("%d jobs after a node left, want the 2 from before (nothing runs)", len(jobs))
 						}
 						return nil
 					},
