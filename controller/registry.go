@@ -72,6 +72,11 @@ func (r *registry) watch(ctx context.Context, nc *nats.Conn, kv jetstream.KeyVal
 		if !ok || id == "" {
 			return
 		}
+		// A delete or purge marker (a node revoked or removed) is no sign
+		// of life.
+		if m.Header.Get("KV-Operation") != "" {
+			return
+		}
 		now := time.Now()
 		r.mu.Lock()
 		r.heardAt[id] = now
