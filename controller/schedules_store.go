@@ -21,21 +21,7 @@ type scheduleStore struct {
 }
 
 func (s *scheduleStore) get(ctx context.Context, id string) (*api.Schedule, uint64, error) {
-	if !api.ValidToken(id) {
-		return nil, 0, api.ErrNotFound
-	}
-	e, err := s.kv.Get(ctx, id)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, 0, api.ErrNotFound
-	}
-	if err != nil {
-		return nil, 0, fmt.Errorf("read schedule %s: %w", id, err)
-	}
-	var sc api.Schedule
-	if err := json.Unmarshal(e.Value(), &sc); err != nil {
-		return nil, 0, fmt.Errorf("decode schedule %s: %w", id, err)
-	}
-	return &sc, e.Revision(), nil
+	return getJSON[api.Schedule](ctx, s.kv, "schedule", id)
 }
 
 // create stores a new schedule; errConflict when the id is taken.

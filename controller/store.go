@@ -21,21 +21,27 @@ type jobStore struct {
 var errConflict = errors.New("job changed concurrently")
 
 func (s *jobStore) get(ctx context.Context, id string) (*api.Job, uint64, error) {
+	return getJSON[api.Job](ctx, s.kv, "job", id)
+}
+
+// getJSON reads the JSON value under id and its revision; api.ErrNotFound
+// for a missing key or an id no key can have.
+func getJSON[T any](ctx context.Context, kv jetstream.KeyValue, what, id string) (*T, uint64, error) {
 	if !api.ValidToken(id) {
 		return nil, 0, api.ErrNotFound
 	}
-	e, err := s.kv.Get(ctx, id)
+	e, err := kv.Get(ctx, id)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, 0, api.ErrNotFound
 	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("read job %s: %w", id, err)
+		return nil, 0, fmt.Errorf("read %s %s: %w", what, id, err)
 	}
-	var j api.Job
-	if err := json.Unmarshal(e.Value(), &j); err != nil {
-		return nil, 0, fmt.Errorf("decode job %s: %w", id, err)
+	var v T
+	if err := json.Unmarshal(e.Value(), &v); err != nil {
+		return nil, 0, fmt.Errorf("decode %s %s: %w", what, id, err)
 	}
-	return &j, e.Revision(), nil
+	return &v, e.Revision(), nil
 }
 
 // getRaw returns a stored job's JSON with its status and owner.

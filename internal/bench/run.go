@@ -73,39 +73,7 @@ func (e *Env) Floor(ctx context.Context, n, rounds int) ([]time.Duration, error)
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	replies := make(chan *nats.Msg, n)
-	inbox := nats.NewInbox()
-	sub, err := e.nc.ChanSubscribe(inbox, replies)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = sub.Unsubscribe() }()
-	_ = sub.SetPendingLimits(-1, -1)
-	if err := e.nc.Flush(); err != nil {
-		return nil, err
-	}
-	var out []time.Duration
-	// One warm-up round, not counted.
-	for r := -1; r < rounds; r++ {
-		start := time.Now()
-		if err := e.nc.PublishRequest(subject, inbox, []byte("ping")); err != nil {
-			return nil, err
-		}
-		timeout := time.After(30 * time.Second)
-		for got := 0; got < n; got++ {
-			select {
-			case <-replies:
-			case <-timeout:
-				return nil, fmt.Errorf("floor round: %d of %d replies within 30s", got, n)
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
-		}
-		if r >= 0 {
-			out = append(out, time.Since(start))
-		}
-	}
-	return out, nil
+	return e.floorRounds(ctx, subject, n, rounds)
 }
 
 // FanoutJob is the one-step ping echo job to every agent of the run.
