@@ -28,7 +28,7 @@ import (
 // harness is a real embedded NATS server with GRID's topology, plus a
 // connection that records every result published on it.
 type harness struct {
-	t   *testing.T
+	t   testing.TB
 	url string
 	nc  *nats.Conn
 	js  jetstream.JetStream
@@ -37,7 +37,13 @@ type harness struct {
 	results []api.TaskResult
 }
 
-func newHarness(t *testing.T) *harness {
+func newHarness(t testing.TB) *harness {
+	return newHarnessCollecting(t, true)
+}
+
+// newHarnessCollecting is newHarness; collect false records no results (a
+// benchmark waits for its own).
+func newHarnessCollecting(t testing.TB, collecting bool) *harness {
 	t.Helper()
 	dir := t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -85,6 +91,9 @@ func newHarness(t *testing.T) *harness {
 		h.mu.Unlock()
 	}
 	for _, subj := range []string{api.SubjectResults, api.SubjectProgress} {
+		if !collecting {
+			break
+		}
 		if _, err := nc.Subscribe(subj, collect); err != nil {
 			t.Fatalf("subscribe %s: %v", subj, err)
 		}
@@ -104,7 +113,7 @@ func testLogger() *slog.Logger {
 
 // testRegistry holds ping, test and probe, independent of what the built-in
 // set grows into.
-func testRegistry(t *testing.T, p *probe) *backends.Registry {
+func testRegistry(t testing.TB, p *probe) *backends.Registry {
 	t.Helper()
 	r := backends.NewRegistry()
 	for _, b := range []backends.Backend{ping.New(), testbackend.New(), p} {
@@ -216,7 +225,7 @@ func (h *harness) final(job, node string, within time.Duration) api.TaskResult {
 }
 
 // eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
+func eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
 	t.Helper()
 	testwait.Until(t, within, 10*time.Millisecond, what, cond)
 }
