@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -380,12 +381,10 @@ var publishPolicy = retry.Policy{
 // passed, the connection is closed, or the agent stops publishing (a.pubCtx).
 // log is called only when there is something to log.
 func (a *Agent) storeFinal(traceCtx context.Context, log func() *slog.Logger, subject string, data []byte, msgID string) {
-	msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}
+	msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{nats.MsgIdHdr: {msgID}}}
 	bus.InjectTrace(traceCtx, msg)
 	err := retry.Do(a.pubCtx, publishPolicy, func(try int) error {
-		ctx, cancel := context.WithTimeout(a.pubCtx, opTimeout)
-		defer cancel()
-		_, err := a.js.PublishMsg(ctx, msg, jetstream.WithMsgID(msgID))
+		err := a.publishStored(msg)
 		if errors.Is(err, nats.ErrConnectionClosed) {
 			return retry.Stop(err)
 		}
@@ -397,6 +396,51 @@ func (a *Agent) storeFinal(traceCtx context.Context, log func() *slog.Logger, su
 	if err != nil {
 		log().Error("final result lost", "subject", subject, "err", err)
 	}
+}
+
+// publishStored publishes msg as a request to the stream that captures its
+// subject and returns nil once the stream acknowledged storing it (or
+// recognised its Nats-Msg-Id as a duplicate). It is what the jetstream
+// package's PublishMsg does, without decoding every acknowledgement into a
+// PubAck: a plain request on the connection's shared reply subscription,
+// whose reply checkPubAck reads.
+func (a *Agent) publishStored(msg *nats.Msg) error {
+	ctx, cancel := context.WithTimeout(a.pubCtx, opTimeout)
+	defer cancel()
+	reply, err := a.nc.RequestMsgWithContext(ctx, msg)
+	if err != nil {
+		if errors.Is(err, nats.ErrNoResponders) {
+			return fmt.Errorf("no stream stores %s: %w", msg.Subject, jetstream.ErrNoStreamResponse)
+		}
+		return err
+	}
+	return checkPubAck(reply.Data)
+}
+
+// checkPubAck reads a stream's reply to a publish: nil for an
+// acknowledgement ({"stream":…,"seq":…}), the stream's error for an error
+// reply, and an error for anything else.
+func checkPubAck(reply []byte) error {
+	if !bytes.Contains(reply, []byte(`"error"`)) {
+		if bytes.Contains(reply, []byte(`"stream":`)) {
+			return nil
+		}
+		return fmt.Errorf("unexpected reply to a stored publish: %.200q", reply)
+	}
+	var ack struct {
+		Error *jetstream.APIError `json:"error"`
+	}
+	if err := json.Unmarshal(reply, &ack); err != nil {
+		return fmt.Errorf("undecodable reply to a stored publish: %w", err)
+	}
+	if ack.Error == nil {
+		// "error" appeared inside a value of a good acknowledgement.
+		if bytes.Contains(reply, []byte(`"stream":`)) {
+			return nil
+		}
+		return fmt.Errorf("unexpected reply to a stored publish: %.200q", reply)
+	}
+	return ack.Error
 }
 
 // progress forwards a backend's progress reports, at most one per
