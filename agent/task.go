@@ -177,7 +177,7 @@ func (a *Agent) execute(t *task) (*backends.Result, chan struct{}, error) {
 		}
 		timeout = d
 	}
-	ctx, cancel := context.WithTimeoutCause(t.ctx, timeout, fmt.Errorf("task timed out after %s", timeout))
+	ctx, cancel := context.WithTimeoutCause(t.ctx, timeout, taskTimeoutError(timeout))
 	defer cancel()
 
 	params, err := a.openSealed(t)
@@ -245,6 +245,15 @@ func (a *Agent) execute(t *task) (*backends.Result, chan struct{}, error) {
 		}
 	}
 	return o.res, nil, o.err
+}
+
+// taskTimeoutError is the cause of a task's context when its timeout fires:
+// "task timed out after 30s". Its text is made only when it is read, not
+// for every command that sets it up.
+type taskTimeoutError time.Duration
+
+func (e taskTimeoutError) Error() string {
+	return "task timed out after " + time.Duration(e).String()
 }
 
 // finish publishes the final result of a task.
@@ -480,8 +489,24 @@ func (p *progress) stop() {
 // A param that holds api.SensitiveValue without a value sealed for this
 // node fails the task, naming the param: running with the placeholder
 // would be wrong.
+//
+// Without a sensitive param (the usual command) it returns the command's
+// own params, as the registry copies them anyway when it applies the
+// schema's defaults; only a command with sensitive ones gets a copy to
+// open them in, so the command keeps the placeholders.
 func (a *Agent) openSealed(t *task) (api.Params, error) {
-	params := maps.Clone(t.cmd.Task.Params)
+	params := t.cmd.Task.Params
+	sensitive := false
+	for _, v := range params {
+		if v == api.SensitiveValue {
+			sensitive = true
+			break
+		}
+	}
+	if !sensitive {
+		return params, nil
+	}
+	params = maps.Clone(params)
 	for k, v := range params {
 		if v != api.SensitiveValue {
 			continue
