@@ -48,6 +48,10 @@ type agentMetrics interface {
 	handler() http.Handler
 }
 
+// taskLabels are a finished task's backend, action and status: the labels
+// of its series in both builds.
+type taskLabels struct{ backend, action, status string }
+
 // The agent's series, shared by both builds.
 const (
 	metricTasks         = "grid_agent_tasks_total"
