@@ -535,11 +535,14 @@ func (a *Agent) crash() {
 }
 
 // onCommand runs on the subscription's goroutine, so it only decides and
-// hands the command to a task goroutine.
+// hands the command to a task goroutine. The command is decoded straight
+// into its task, and the task's logger is built only when something is
+// logged.
 func (a *Agent) onCommand(msg *nats.Msg) {
 	a.stats.received.Add(1)
-	var cmd api.Command
-	if err := json.Unmarshal(msg.Data, &cmd); err != nil {
+	t := &task{agentLog: a.log}
+	cmd := &t.cmd
+	if err := json.Unmarshal(msg.Data, cmd); err != nil {
 		a.log.Warn("dropping undecodable command", "subject", msg.Subject, "err", err)
 		return
 	}
@@ -547,9 +550,7 @@ func (a *Agent) onCommand(msg *nats.Msg) {
 		a.log.Warn("dropping command with an invalid job id", "subject", msg.Subject, "job", cmd.JobID)
 		return
 	}
-	parent := bus.ExtractTrace(context.Background(), msg)
-	// The command's logger is built only when something is logged.
-	log := func() *slog.Logger { return commandLogger(a.log, &cmd, parent) }
+	t.parent = bus.ExtractTrace(context.Background(), msg)
 	broadcast := !strings.HasPrefix(msg.Subject, "cmd.node.")
 	key := taskKey{job: cmd.JobID, step: cmd.TaskIndex, attempt: cmd.Attempt}
 	now := time.Now()
@@ -557,15 +558,15 @@ func (a *Agent) onCommand(msg *nats.Msg) {
 	a.mu.Lock()
 	if a.stopping {
 		a.mu.Unlock()
-		log().Info("shutting down; not taking the command", "task", cmd.Task.Name())
+		t.log().Info("shutting down; not taking the command", "task", cmd.Task.Name())
 		return
 	}
 	if broadcast {
-		if reason := a.skipBroadcast(&cmd); reason != "" {
+		if reason := a.skipBroadcast(cmd); reason != "" {
 			a.mu.Unlock()
 			a.stats.ignored.Add(1)
 			if a.log.Enabled(context.Background(), slog.LevelDebug) {
-				log().Debug("ignoring broadcast", "subject", msg.Subject, "reason", reason)
+				t.log().Debug("ignoring broadcast", "subject", msg.Subject, "reason", reason)
 			}
 			return
 		}
@@ -579,15 +580,15 @@ func (a *Agent) onCommand(msg *nats.Msg) {
 		a.mu.Unlock()
 		a.stats.duplicates.Add(1)
 		if done {
-			log().Info("repeated command for a finished task; sending its result again", "subject", msg.Subject)
-			go a.resendFinal(log, f)
+			t.log().Info("repeated command for a finished task; sending its result again", "subject", msg.Subject)
+			go a.resendFinal(t.log, f)
 			return
 		}
-		log().Info("ignoring duplicate command", "subject", msg.Subject)
+		t.log().Info("ignoring duplicate command", "subject", msg.Subject)
 		return
 	}
 	a.seen.add(key, struct{}{}, now)
-	t := a.newTask(cmd, parent)
+	a.newTask(t)
 	if why, ok := a.cancelled.get(cmd.JobID, now); ok {
 		t.cancel(why)
 	}

@@ -70,18 +70,16 @@ type task struct {
 	running sync.Once
 }
 
-// newTask registers a task under its job so a cancel finds it. Callers hold
-// a.mu.
-func (a *Agent) newTask(cmd api.Command, parent context.Context) *task {
-	ctx, cancel := context.WithCancelCause(a.taskCtx)
-	t := &task{cmd: cmd, agentLog: a.log, parent: parent, ctx: ctx, cancel: cancel}
-	m := a.running[cmd.JobID]
+// newTask gives a task with its command decoded its context and registers
+// it under its job so a cancel finds it. Callers hold a.mu.
+func (a *Agent) newTask(t *task) {
+	t.ctx, t.cancel = context.WithCancelCause(a.taskCtx)
+	m := a.running[t.cmd.JobID]
 	if m == nil {
 		m = map[*task]struct{}{}
-		a.running[cmd.JobID] = m
+		a.running[t.cmd.JobID] = m
 	}
 	m[t] = struct{}{}
-	return t
 }
 
 // log is the task's logger: the agent's with the job, step, attempt and
