@@ -67,7 +67,7 @@ type Registry struct {
 	// schemas are the backends' schemas as registered: a backend's schema
 	// is fixed once it is made, and Prepare reads it for every request.
 	schemas map[string]api.BackendSchema
-	allow    *Allowlist
+	allow   *Allowlist
 	// checkOnly names actions that always run in check mode here.
 	checkOnly *Allowlist
 }
