@@ -81,7 +81,10 @@ type Agent struct {
 	seen      *recent[taskKey, struct{}]
 	finals    *recent[taskKey, finalResult]
 	cancelled *recent[string, error] // job → why it was stopped
-	running   map[string]map[*task]struct{}
+	// running holds the accepted tasks (queued or running) until they
+	// finish; a cancel looks through it for its job's. One set for all
+	// jobs: a set per job would be made and dropped for every command.
+	running   map[*task]struct{}
 	cmdSubs   []*nats.Subscription
 	cancelSub *nats.Subscription
 
@@ -193,7 +196,7 @@ func New(cfg Config) (*Agent, error) {
 		seen:       newRecent[taskKey, struct{}](seenMax, seenTTL),
 		finals:     newFinalCache(finalsMax, finalsMaxBytes, seenTTL),
 		cancelled:  newRecent[string, error](10_000, seenTTL),
-		running:    map[string]map[*task]struct{}{},
+		running:    map[*task]struct{}{},
 		slots:      make(chan struct{}, cfg.MaxConcurrent),
 		taskCtx:    taskCtx,
 		taskCancel: taskCancel,
@@ -634,9 +637,11 @@ func (a *Agent) onCancel(msg *nats.Msg) {
 	a.mu.Lock()
 	a.cancelled.add(job, why, time.Now())
 	n := 0
-	for t := range a.running[job] {
-		t.cancel(why)
-		n++
+	for t := range a.running {
+		if t.cmd.JobID == job {
+			t.cancel(why)
+			n++
+		}
 	}
 	a.mu.Unlock()
 	a.log.Info("job stopped", "job", job, "tasks", n, "reason", why)

@@ -68,18 +68,15 @@ type task struct {
 	// result.
 	started time.Time
 	running sync.Once
+	// prog forwards the backend's progress reports.
+	prog progress
 }
 
 // newTask gives a task with its command decoded its context and registers
 // it under its job so a cancel finds it. Callers hold a.mu.
 func (a *Agent) newTask(t *task) {
 	t.ctx, t.cancel = context.WithCancelCause(a.taskCtx)
-	m := a.running[t.cmd.JobID]
-	if m == nil {
-		m = map[*task]struct{}{}
-		a.running[t.cmd.JobID] = m
-	}
-	m[t] = struct{}{}
+	a.running[t] = struct{}{}
 }
 
 // log is the task's logger: the agent's with the job, step, attempt and
@@ -91,12 +88,7 @@ func (t *task) log() *slog.Logger {
 
 func (a *Agent) forget(t *task) {
 	a.mu.Lock()
-	if m := a.running[t.cmd.JobID]; m != nil {
-		delete(m, t)
-		if len(m) == 0 {
-			delete(a.running, t.cmd.JobID)
-		}
-	}
+	delete(a.running, t)
 	a.mu.Unlock()
 	t.cancel(nil)
 }
@@ -163,10 +155,16 @@ func (a *Agent) runTask(t *task) {
 	a.finish(t, start, res, err)
 }
 
+// outcome is what a backend run returned.
+type outcome struct {
+	res *backends.Result
+	err error
+}
+
 // execute runs the backend with the task's timeout. When the backend ignores
 // its cancelled context for abandonAfter, it returns a failure and a channel
-// that closes once the backend finally returns.
-func (a *Agent) execute(t *task) (*backends.Result, chan struct{}, error) {
+// that receives once the backend finally returns.
+func (a *Agent) execute(t *task) (*backends.Result, <-chan outcome, error) {
 	timeout := a.cfg.TaskTimeout.D()
 	if t.cmd.Timeout != "" {
 		d, err := time.ParseDuration(t.cmd.Timeout)
@@ -182,7 +180,8 @@ func (a *Agent) execute(t *task) (*backends.Result, chan struct{}, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	prog := &progress{a: a, t: t}
+	prog := &t.prog
+	prog.a, prog.t = a, t
 	req := &backends.Request{
 		Action:    t.cmd.Task.Action,
 		Params:    params,
@@ -193,14 +192,10 @@ func (a *Agent) execute(t *task) (*backends.Result, chan struct{}, error) {
 		Node:      a.id,
 		Attempt:   t.cmd.Attempt,
 	}
-	type outcome struct {
-		res *backends.Result
-		err error
-	}
+	// The backend's goroutine sends exactly one outcome, when it returns
+	// or panics; an abandoned backend's slot is released on it.
 	out := make(chan outcome, 1)
-	returned := make(chan struct{})
 	go func() {
-		defer close(returned)
 		defer func() {
 			// A panicking backend fails its task, not the agent.
 			if p := recover(); p != nil {
@@ -231,7 +226,7 @@ func (a *Agent) execute(t *task) (*backends.Result, chan struct{}, error) {
 			prog.stop()
 			cause := context.Cause(ctx)
 			t.log().Error("backend did not stop after its context ended; abandoning it", "cause", cause)
-			return nil, returned, fmt.Errorf("%w (the backend did not stop within %s)", cause, abandonAfter)
+			return nil, out, fmt.Errorf("%w (the backend did not stop within %s)", cause, abandonAfter)
 		}
 	}
 	prog.stop()
