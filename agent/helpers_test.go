@@ -267,6 +267,8 @@ func echo(job string) api.Command {
 // runs, progress reports, an action without check mode, and a panic.
 type probe struct {
 	runs atomic.Int64
+	// release ends the runs of "stuck", which ignore their context.
+	release chan struct{}
 }
 
 func (*probe) Schema() api.BackendSchema {
@@ -279,6 +281,7 @@ func (*probe) Schema() api.BackendSchema {
 				Params: []api.ParamSchema{{Name: "for", Type: api.TypeDuration, Default: "600ms"}}},
 			{Name: "write"},
 			{Name: "panic", ReadOnly: true},
+			{Name: "stuck", ReadOnly: true},
 		},
 	}
 }
@@ -306,6 +309,9 @@ func (p *probe) Run(ctx context.Context, req *backends.Request) (*backends.Resul
 		return &backends.Result{Output: "wrote", Changed: true}, nil
 	case "panic":
 		panic("probe panics on purpose")
+	case "stuck":
+		<-p.release
+		return &backends.Result{Output: "released"}, nil
 	}
 	return nil, fmt.Errorf("%w %q", backends.ErrUnknownAction, req.Action)
 }

@@ -72,3 +72,32 @@ func TestOpenSealedCopiesOnlyWhenSensitive(t *testing.T) {
 		t.Errorf("a sensitive param without its sealed value: %v", err)
 	}
 }
+
+// A backend that ignores its ended context is abandoned after abandonAfter:
+// the task fails saying so, and the backend keeps its slot until it really
+// returns, so the next task waits for it.
+func TestAbandonedBackendKeepsItsSlot(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	p := &probe{release: make(chan struct{})}
+	h.startAgent("stuck1", func(c *Config) {
+		c.MaxConcurrent = 1
+		c.Registry = testRegistry(t, p)
+	})
+	stuck := command("jstuck", "probe", "stuck", nil)
+	stuck.Timeout = "50ms"
+	h.send(api.NodeCommandSubject("stuck1", "probe", "stuck"), stuck)
+	r := h.final("jstuck", "stuck1", abandonAfter+5*time.Second)
+	if r.Status != api.StepFailed || !contains(r.Error, "timed out after 50ms") || !contains(r.Error, "did not stop within") {
+		t.Fatalf("stuck task: status %q error %q, want failed, timed out and abandoned", r.Status, r.Error)
+	}
+	h.send(api.NodeCommandSubject("stuck1", "ping", "echo"), echo("jafter"))
+	time.Sleep(300 * time.Millisecond)
+	if got := h.resultsOf("jafter", ""); len(got) != 0 {
+		t.Fatalf("a task ran while the abandoned backend held the only slot: %+v", got)
+	}
+	close(p.release)
+	if r := h.final("jafter", "stuck1", 5*time.Second); r.Status != api.StepSuccess {
+		t.Errorf("task after the release: %+v, want success", r)
+	}
+}
