@@ -81,7 +81,10 @@ type Agent struct {
 	seen      *recent[taskKey, struct{}]
 	finals    *recent[taskKey, finalResult]
 	cancelled *recent[string, error] // job → why it was stopped
-	running   map[string]map[*task]struct{}
+	// running holds the accepted tasks (queued or running) until they
+	// finish; a cancel looks through it for its job's. One set for all
+	// jobs: a set per job would be made and dropped for every command.
+	running   map[*task]struct{}
 	cmdSubs   []*nats.Subscription
 	cancelSub *nats.Subscription
 
@@ -193,7 +196,7 @@ func New(cfg Config) (*Agent, error) {
 		seen:       newRecent[taskKey, struct{}](seenMax, seenTTL),
 		finals:     newFinalCache(finalsMax, finalsMaxBytes, seenTTL),
 		cancelled:  newRecent[string, error](10_000, seenTTL),
-		running:    map[string]map[*task]struct{}{},
+		running:    map[*task]struct{}{},
 		slots:      make(chan struct{}, cfg.MaxConcurrent),
 		taskCtx:    taskCtx,
 		taskCancel: taskCancel,
@@ -535,11 +538,14 @@ func (a *Agent) crash() {
 }
 
 // onCommand runs on the subscription's goroutine, so it only decides and
-// hands the command to a task goroutine.
+// hands the command to a task goroutine. The command is decoded straight
+// into its task, and the task's logger is built only when something is
+// logged.
 func (a *Agent) onCommand(msg *nats.Msg) {
 	a.stats.received.Add(1)
-	var cmd api.Command
-	if err := json.Unmarshal(msg.Data, &cmd); err != nil {
+	t := &task{agentLog: a.log}
+	cmd := &t.cmd
+	if err := json.Unmarshal(msg.Data, cmd); err != nil {
 		a.log.Warn("dropping undecodable command", "subject", msg.Subject, "err", err)
 		return
 	}
@@ -547,9 +553,7 @@ func (a *Agent) onCommand(msg *nats.Msg) {
 		a.log.Warn("dropping command with an invalid job id", "subject", msg.Subject, "job", cmd.JobID)
 		return
 	}
-	parent := bus.ExtractTrace(context.Background(), msg)
-	// The command's logger is built only when something is logged.
-	log := func() *slog.Logger { return commandLogger(a.log, &cmd, parent) }
+	t.parent = bus.ExtractTrace(context.Background(), msg)
 	broadcast := !strings.HasPrefix(msg.Subject, "cmd.node.")
 	key := taskKey{job: cmd.JobID, step: cmd.TaskIndex, attempt: cmd.Attempt}
 	now := time.Now()
@@ -557,15 +561,15 @@ func (a *Agent) onCommand(msg *nats.Msg) {
 	a.mu.Lock()
 	if a.stopping {
 		a.mu.Unlock()
-		log().Info("shutting down; not taking the command", "task", cmd.Task.Name())
+		t.log().Info("shutting down; not taking the command", "task", cmd.Task.Name())
 		return
 	}
 	if broadcast {
-		if reason := a.skipBroadcast(&cmd); reason != "" {
+		if reason := a.skipBroadcast(cmd); reason != "" {
 			a.mu.Unlock()
 			a.stats.ignored.Add(1)
 			if a.log.Enabled(context.Background(), slog.LevelDebug) {
-				log().Debug("ignoring broadcast", "subject", msg.Subject, "reason", reason)
+				t.log().Debug("ignoring broadcast", "subject", msg.Subject, "reason", reason)
 			}
 			return
 		}
@@ -579,15 +583,15 @@ func (a *Agent) onCommand(msg *nats.Msg) {
 		a.mu.Unlock()
 		a.stats.duplicates.Add(1)
 		if done {
-			log().Info("repeated command for a finished task; sending its result again", "subject", msg.Subject)
-			go a.resendFinal(log, f)
+			t.log().Info("repeated command for a finished task; sending its result again", "subject", msg.Subject)
+			go a.resendFinal(t.log, f)
 			return
 		}
-		log().Info("ignoring duplicate command", "subject", msg.Subject)
+		t.log().Info("ignoring duplicate command", "subject", msg.Subject)
 		return
 	}
 	a.seen.add(key, struct{}{}, now)
-	t := a.newTask(cmd, parent)
+	a.newTask(t)
 	if why, ok := a.cancelled.get(cmd.JobID, now); ok {
 		t.cancel(why)
 	}
@@ -633,9 +637,11 @@ func (a *Agent) onCancel(msg *nats.Msg) {
 	a.mu.Lock()
 	a.cancelled.add(job, why, time.Now())
 	n := 0
-	for t := range a.running[job] {
-		t.cancel(why)
-		n++
+	for t := range a.running {
+		if t.cmd.JobID == job {
+			t.cancel(why)
+			n++
+		}
 	}
 	a.mu.Unlock()
 	a.log.Info("job stopped", "job", job, "tasks", n, "reason", why)

@@ -28,7 +28,7 @@ import (
 // harness is a real embedded NATS server with GRID's topology, plus a
 // connection that records every result published on it.
 type harness struct {
-	t   *testing.T
+	t   testing.TB
 	url string
 	nc  *nats.Conn
 	js  jetstream.JetStream
@@ -37,7 +37,13 @@ type harness struct {
 	results []api.TaskResult
 }
 
-func newHarness(t *testing.T) *harness {
+func newHarness(t testing.TB) *harness {
+	return newHarnessCollecting(t, true)
+}
+
+// newHarnessCollecting is newHarness; collect false records no results (a
+// benchmark waits for its own).
+func newHarnessCollecting(t testing.TB, collecting bool) *harness {
 	t.Helper()
 	dir := t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -85,6 +91,9 @@ func newHarness(t *testing.T) *harness {
 		h.mu.Unlock()
 	}
 	for _, subj := range []string{api.SubjectResults, api.SubjectProgress} {
+		if !collecting {
+			break
+		}
 		if _, err := nc.Subscribe(subj, collect); err != nil {
 			t.Fatalf("subscribe %s: %v", subj, err)
 		}
@@ -104,7 +113,7 @@ func testLogger() *slog.Logger {
 
 // testRegistry holds ping, test and probe, independent of what the built-in
 // set grows into.
-func testRegistry(t *testing.T, p *probe) *backends.Registry {
+func testRegistry(t testing.TB, p *probe) *backends.Registry {
 	t.Helper()
 	r := backends.NewRegistry()
 	for _, b := range []backends.Backend{ping.New(), testbackend.New(), p} {
@@ -216,7 +225,7 @@ func (h *harness) final(job, node string, within time.Duration) api.TaskResult {
 }
 
 // eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
+func eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
 	t.Helper()
 	testwait.Until(t, within, 10*time.Millisecond, what, cond)
 }
@@ -258,6 +267,8 @@ func echo(job string) api.Command {
 // runs, progress reports, an action without check mode, and a panic.
 type probe struct {
 	runs atomic.Int64
+	// release ends the runs of "stuck", which ignore their context.
+	release chan struct{}
 }
 
 func (*probe) Schema() api.BackendSchema {
@@ -270,6 +281,7 @@ func (*probe) Schema() api.BackendSchema {
 				Params: []api.ParamSchema{{Name: "for", Type: api.TypeDuration, Default: "600ms"}}},
 			{Name: "write"},
 			{Name: "panic", ReadOnly: true},
+			{Name: "stuck", ReadOnly: true},
 		},
 	}
 }
@@ -297,6 +309,9 @@ func (p *probe) Run(ctx context.Context, req *backends.Request) (*backends.Resul
 		return &backends.Result{Output: "wrote", Changed: true}, nil
 	case "panic":
 		panic("probe panics on purpose")
+	case "stuck":
+		<-p.release
+		return &backends.Result{Output: "released"}, nil
 	}
 	return nil, fmt.Errorf("%w %q", backends.ErrUnknownAction, req.Action)
 }

@@ -4,6 +4,7 @@ package agent
 
 import (
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,6 +18,17 @@ type promMetrics struct {
 	reg          *prometheus.Registry
 	tasks        *prometheus.CounterVec
 	taskDuration *prometheus.HistogramVec
+
+	// series caches the children of tasks and taskDuration by their
+	// labels, so a finished task does not hash its label values into the
+	// vectors again: an agent sees a handful of label sets.
+	mu     sync.RWMutex
+	series map[taskLabels]promSeries
+}
+
+type promSeries struct {
+	count    prometheus.Counter
+	duration prometheus.Observer
 }
 
 var (
@@ -32,6 +44,7 @@ func newAgentMetrics(a *Agent) agentMetrics {
 		taskDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: metricTaskDuration, Help: helpTaskDuration, Buckets: telemetry.TaskBuckets,
 		}, []string{"backend", "action", "status"}),
+		series: map[taskLabels]promSeries{},
 	}
 	m.reg.MustRegister(m.tasks, m.taskDuration,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: metricTasksInFlight, Help: helpTasksInFlight},
@@ -44,8 +57,21 @@ func newAgentMetrics(a *Agent) agentMetrics {
 }
 
 func (m *promMetrics) taskDone(backend, action, status string, d time.Duration) {
-	m.tasks.WithLabelValues(backend, action, status).Inc()
-	m.taskDuration.WithLabelValues(backend, action, status).Observe(d.Seconds())
+	k := taskLabels{backend, action, status}
+	m.mu.RLock()
+	s, ok := m.series[k]
+	m.mu.RUnlock()
+	if !ok {
+		s = promSeries{
+			count:    m.tasks.WithLabelValues(backend, action, status),
+			duration: m.taskDuration.WithLabelValues(backend, action, status),
+		}
+		m.mu.Lock()
+		m.series[k] = s
+		m.mu.Unlock()
+	}
+	s.count.Inc()
+	s.duration.Observe(d.Seconds())
 }
 
 func (m *promMetrics) handler() http.Handler { return telemetry.Handler(m.reg) }

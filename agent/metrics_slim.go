@@ -26,8 +26,6 @@ type slimMetrics struct {
 	tasks map[taskLabels]*taskSeries
 }
 
-type taskLabels struct{ backend, action, status string }
-
 type taskSeries struct {
 	count   uint64
 	sum     float64

@@ -48,6 +48,10 @@ type agentMetrics interface {
 	handler() http.Handler
 }
 
+// taskLabels are a finished task's backend, action and status: the labels
+// of its series in both builds.
+type taskLabels struct{ backend, action, status string }
+
 // The agent's series, shared by both builds.
 const (
 	metricTasks         = "grid_agent_tasks_total"
@@ -211,13 +215,17 @@ func (a *Agent) startTaskSpan(t *task) {
 		}
 		return
 	}
-	t.spanCtx, t.span = a.obs.tracer.Start(parent, "task "+t.cmd.Task.Name(), trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(
+	t.spanCtx, t.span = a.obs.tracer.Start(parent, "task "+t.cmd.Task.Name(), trace.WithSpanKind(trace.SpanKindConsumer))
+	// A span the sampler dropped records nothing: its attributes are not
+	// built.
+	if t.span.IsRecording() {
+		t.span.SetAttributes(
 			attribute.String("grid.job.id", t.cmd.JobID),
 			attribute.Int("grid.step", t.cmd.TaskIndex),
 			attribute.Int("grid.attempt", t.cmd.Attempt),
 			attribute.String("grid.node", a.id),
-			attribute.Bool("grid.check_mode", t.cmd.CheckMode)))
+			attribute.Bool("grid.check_mode", t.cmd.CheckMode))
+	}
 }
 
 // startBackendSpan starts the span of the backend run inside the task's.
@@ -227,6 +235,11 @@ func (a *Agent) startBackendSpan(ctx context.Context, t *task) (context.Context,
 		return ctx, nil
 	}
 	ctx = trace.ContextWithSpan(ctx, t.span)
+	if !t.span.IsRecording() {
+		// Not sampled: the backend's span would not be either, and the
+		// task's context already carries the trace on.
+		return ctx, nil
+	}
 	return a.obs.tracer.Start(ctx, "backend "+t.cmd.Task.Name(), trace.WithAttributes(
 		attribute.String("grid.backend", t.cmd.Task.Backend),
 		attribute.String("grid.action", t.cmd.Task.Action)))
@@ -237,7 +250,7 @@ func endSpan(span trace.Span, err error) {
 	if span == nil {
 		return
 	}
-	if err != nil {
+	if err != nil && span.IsRecording() {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
 	}
@@ -249,10 +262,12 @@ func (a *Agent) observeTask(t *task, r *api.TaskResult) {
 	status := r.Status
 	a.obs.metrics.taskDone(t.cmd.Task.Backend, t.cmd.Task.Action, status, time.Duration(r.Duration))
 	if t.span != nil {
-		t.span.SetAttributes(attribute.String("grid.task.status", status), attribute.Bool("grid.task.changed", r.Changed))
 		var err error
-		if r.Status == api.StepFailed {
-			err = errors.New(r.Error)
+		if t.span.IsRecording() {
+			t.span.SetAttributes(attribute.String("grid.task.status", status), attribute.Bool("grid.task.changed", r.Changed))
+			if r.Status == api.StepFailed {
+				err = errors.New(r.Error)
+			}
 		}
 		endSpan(t.span, err)
 	}

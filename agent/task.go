@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -67,20 +68,15 @@ type task struct {
 	// result.
 	started time.Time
 	running sync.Once
+	// prog forwards the backend's progress reports.
+	prog progress
 }
 
-// newTask registers a task under its job so a cancel finds it. Callers hold
-// a.mu.
-func (a *Agent) newTask(cmd api.Command, parent context.Context) *task {
-	ctx, cancel := context.WithCancelCause(a.taskCtx)
-	t := &task{cmd: cmd, agentLog: a.log, parent: parent, ctx: ctx, cancel: cancel}
-	m := a.running[cmd.JobID]
-	if m == nil {
-		m = map[*task]struct{}{}
-		a.running[cmd.JobID] = m
-	}
-	m[t] = struct{}{}
-	return t
+// newTask gives a task with its command decoded its context and registers
+// it under its job so a cancel finds it. Callers hold a.mu.
+func (a *Agent) newTask(t *task) {
+	t.ctx, t.cancel = context.WithCancelCause(a.taskCtx)
+	a.running[t] = struct{}{}
 }
 
 // log is the task's logger: the agent's with the job, step, attempt and
@@ -92,12 +88,7 @@ func (t *task) log() *slog.Logger {
 
 func (a *Agent) forget(t *task) {
 	a.mu.Lock()
-	if m := a.running[t.cmd.JobID]; m != nil {
-		delete(m, t)
-		if len(m) == 0 {
-			delete(a.running, t.cmd.JobID)
-		}
-	}
+	delete(a.running, t)
 	a.mu.Unlock()
 	t.cancel(nil)
 }
@@ -164,10 +155,16 @@ func (a *Agent) runTask(t *task) {
 	a.finish(t, start, res, err)
 }
 
+// outcome is what a backend run returned.
+type outcome struct {
+	res *backends.Result
+	err error
+}
+
 // execute runs the backend with the task's timeout. When the backend ignores
 // its cancelled context for abandonAfter, it returns a failure and a channel
-// that closes once the backend finally returns.
-func (a *Agent) execute(t *task) (*backends.Result, chan struct{}, error) {
+// that receives once the backend finally returns.
+func (a *Agent) execute(t *task) (*backends.Result, <-chan outcome, error) {
 	timeout := a.cfg.TaskTimeout.D()
 	if t.cmd.Timeout != "" {
 		d, err := time.ParseDuration(t.cmd.Timeout)
@@ -176,14 +173,15 @@ func (a *Agent) execute(t *task) (*backends.Result, chan struct{}, error) {
 		}
 		timeout = d
 	}
-	ctx, cancel := context.WithTimeoutCause(t.ctx, timeout, fmt.Errorf("task timed out after %s", timeout))
+	ctx, cancel := context.WithTimeoutCause(t.ctx, timeout, taskTimeoutError(timeout))
 	defer cancel()
 
 	params, err := a.openSealed(t)
 	if err != nil {
 		return nil, nil, err
 	}
-	prog := &progress{a: a, t: t}
+	prog := &t.prog
+	prog.a, prog.t = a, t
 	req := &backends.Request{
 		Action:    t.cmd.Task.Action,
 		Params:    params,
@@ -194,14 +192,10 @@ func (a *Agent) execute(t *task) (*backends.Result, chan struct{}, error) {
 		Node:      a.id,
 		Attempt:   t.cmd.Attempt,
 	}
-	type outcome struct {
-		res *backends.Result
-		err error
-	}
+	// The backend's goroutine sends exactly one outcome, when it returns
+	// or panics; an abandoned backend's slot is released on it.
 	out := make(chan outcome, 1)
-	returned := make(chan struct{})
 	go func() {
-		defer close(returned)
 		defer func() {
 			// A panicking backend fails its task, not the agent.
 			if p := recover(); p != nil {
@@ -232,7 +226,7 @@ func (a *Agent) execute(t *task) (*backends.Result, chan struct{}, error) {
 			prog.stop()
 			cause := context.Cause(ctx)
 			t.log().Error("backend did not stop after its context ended; abandoning it", "cause", cause)
-			return nil, returned, fmt.Errorf("%w (the backend did not stop within %s)", cause, abandonAfter)
+			return nil, out, fmt.Errorf("%w (the backend did not stop within %s)", cause, abandonAfter)
 		}
 	}
 	prog.stop()
@@ -244,6 +238,15 @@ func (a *Agent) execute(t *task) (*backends.Result, chan struct{}, error) {
 		}
 	}
 	return o.res, nil, o.err
+}
+
+// taskTimeoutError is the cause of a task's context when its timeout fires:
+// "task timed out after 30s". Its text is made only when it is read, not
+// for every command that sets it up.
+type taskTimeoutError time.Duration
+
+func (e taskTimeoutError) Error() string {
+	return "task timed out after " + time.Duration(e).String()
 }
 
 // finish publishes the final result of a task.
@@ -380,12 +383,10 @@ var publishPolicy = retry.Policy{
 // passed, the connection is closed, or the agent stops publishing (a.pubCtx).
 // log is called only when there is something to log.
 func (a *Agent) storeFinal(traceCtx context.Context, log func() *slog.Logger, subject string, data []byte, msgID string) {
-	msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}
+	msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{nats.MsgIdHdr: {msgID}}}
 	bus.InjectTrace(traceCtx, msg)
 	err := retry.Do(a.pubCtx, publishPolicy, func(try int) error {
-		ctx, cancel := context.WithTimeout(a.pubCtx, opTimeout)
-		defer cancel()
-		_, err := a.js.PublishMsg(ctx, msg, jetstream.WithMsgID(msgID))
+		err := a.publishStored(msg)
 		if errors.Is(err, nats.ErrConnectionClosed) {
 			return retry.Stop(err)
 		}
@@ -397,6 +398,51 @@ func (a *Agent) storeFinal(traceCtx context.Context, log func() *slog.Logger, su
 	if err != nil {
 		log().Error("final result lost", "subject", subject, "err", err)
 	}
+}
+
+// publishStored publishes msg as a request to the stream that captures its
+// subject and returns nil once the stream acknowledged storing it (or
+// recognised its Nats-Msg-Id as a duplicate). It is what the jetstream
+// package's PublishMsg does, without decoding every acknowledgement into a
+// PubAck: a plain request on the connection's shared reply subscription,
+// whose reply checkPubAck reads.
+func (a *Agent) publishStored(msg *nats.Msg) error {
+	ctx, cancel := context.WithTimeout(a.pubCtx, opTimeout)
+	defer cancel()
+	reply, err := a.nc.RequestMsgWithContext(ctx, msg)
+	if err != nil {
+		if errors.Is(err, nats.ErrNoResponders) {
+			return fmt.Errorf("no stream stores %s: %w", msg.Subject, jetstream.ErrNoStreamResponse)
+		}
+		return err
+	}
+	return checkPubAck(reply.Data)
+}
+
+// checkPubAck reads a stream's reply to a publish: nil for an
+// acknowledgement ({"stream":…,"seq":…}), the stream's error for an error
+// reply, and an error for anything else.
+func checkPubAck(reply []byte) error {
+	if !bytes.Contains(reply, []byte(`"error"`)) {
+		if bytes.Contains(reply, []byte(`"stream":`)) {
+			return nil
+		}
+		return fmt.Errorf("unexpected reply to a stored publish: %.200q", reply)
+	}
+	var ack struct {
+		Error *jetstream.APIError `json:"error"`
+	}
+	if err := json.Unmarshal(reply, &ack); err != nil {
+		return fmt.Errorf("undecodable reply to a stored publish: %w", err)
+	}
+	if ack.Error == nil {
+		// "error" appeared inside a value of a good acknowledgement.
+		if bytes.Contains(reply, []byte(`"stream":`)) {
+			return nil
+		}
+		return fmt.Errorf("unexpected reply to a stored publish: %.200q", reply)
+	}
+	return ack.Error
 }
 
 // progress forwards a backend's progress reports, at most one per
@@ -436,8 +482,24 @@ func (p *progress) stop() {
 // A param that holds api.SensitiveValue without a value sealed for this
 // node fails the task, naming the param: running with the placeholder
 // would be wrong.
+//
+// Without a sensitive param (the usual command) it returns the command's
+// own params, as the registry copies them anyway when it applies the
+// schema's defaults; only a command with sensitive ones gets a copy to
+// open them in, so the command keeps the placeholders.
 func (a *Agent) openSealed(t *task) (api.Params, error) {
-	params := maps.Clone(t.cmd.Task.Params)
+	params := t.cmd.Task.Params
+	sensitive := false
+	for _, v := range params {
+		if v == api.SensitiveValue {
+			sensitive = true
+			break
+		}
+	}
+	if !sensitive {
+		return params, nil
+	}
+	params = maps.Clone(params)
 	for k, v := range params {
 		if v != api.SensitiveValue {
 			continue

@@ -1,7 +1,7 @@
 package api
 
 import (
-	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -46,9 +46,9 @@ func RequestSubject(jobID string) string { return "request." + jobID }
 func CommandSubject(t Target, backend, action string) string {
 	switch t.Scope {
 	case ScopeAll:
-		return fmt.Sprintf("cmd.all.%s.%s", backend, action)
+		return "cmd.all." + backend + "." + action
 	case ScopeGroup:
-		return fmt.Sprintf("cmd.group.%s.%s.%s", t.Value, backend, action)
+		return "cmd.group." + t.Value + "." + backend + "." + action
 	default:
 		return NodeCommandSubject(t.Value, backend, action)
 	}
@@ -56,7 +56,7 @@ func CommandSubject(t Target, backend, action string) string {
 
 // NodeCommandSubject addresses one node.
 func NodeCommandSubject(node, backend, action string) string {
-	return fmt.Sprintf("cmd.node.%s.%s.%s", node, backend, action)
+	return "cmd.node." + node + "." + backend + "." + action
 }
 
 // AgentCommandSubjects are the subjects an agent with this id and these
@@ -83,7 +83,7 @@ func AgentCommandSubjects(id string, groups []string) []string {
 // ResultSubject is where a node reports on a step:
 // result.<job>.<step>.<node>.
 func ResultSubject(jobID string, step int, node string) string {
-	return fmt.Sprintf("result.%s.%d.%s", jobID, step, node)
+	return "result." + jobID + "." + strconv.Itoa(step) + "." + node
 }
 
 // ProgressSubject is where a node reports that a step is running and how
@@ -91,7 +91,7 @@ func ResultSubject(jobID string, step int, node string) string {
 // only (not stored): losing one is harmless, and keeping them out of the
 // results stream halves its writes.
 func ProgressSubject(jobID string, step int, node string) string {
-	return fmt.Sprintf("progress.%s.%d.%s", jobID, step, node)
+	return "progress." + jobID + "." + strconv.Itoa(step) + "." + node
 }
 
 // JobResultsSubject filters every result of one job.

@@ -64,7 +64,10 @@ var (
 type Registry struct {
 	mu       sync.RWMutex
 	backends map[string]Backend
-	allow    *Allowlist
+	// schemas are the backends' schemas as registered: a backend's schema
+	// is fixed once it is made, and Prepare reads it for every request.
+	schemas map[string]api.BackendSchema
+	allow   *Allowlist
 	// checkOnly names actions that always run in check mode here.
 	checkOnly *Allowlist
 }
@@ -72,7 +75,7 @@ type Registry struct {
 // NewRegistry returns an empty registry with the default allowlist
 // (every action not marked dangerous).
 func NewRegistry() *Registry {
-	return &Registry{backends: map[string]Backend{}}
+	return &Registry{backends: map[string]Backend{}, schemas: map[string]api.BackendSchema{}}
 }
 
 // Register adds a backend; its schema must be well formed.
@@ -87,6 +90,7 @@ func (r *Registry) Register(b Backend) error {
 		return fmt.Errorf("register backend: %s registered twice", s.Name)
 	}
 	r.backends[s.Name] = b
+	r.schemas[s.Name] = s
 	return nil
 }
 
@@ -161,11 +165,13 @@ func (r *Registry) Schemas() []api.BackendSchema {
 // exists, the action exists and is allowed, params match the schema (with
 // defaults filled in), and check mode is supported.
 func (r *Registry) Prepare(backend string, req *Request) (Backend, error) {
-	b, ok := r.Get(backend)
+	r.mu.RLock()
+	b, ok := r.backends[backend]
+	s := r.schemas[backend]
+	r.mu.RUnlock()
 	if !ok {
 		return nil, fmt.Errorf("%w %q", ErrUnknownBackend, backend)
 	}
-	s := b.Schema()
 	a, ok := s.Action(req.Action)
 	if !ok {
 		return nil, fmt.Errorf("%w %q for backend %s (available: %s)", ErrUnknownAction, req.Action, backend, strings.Join(s.ActionNames(), ", "))

@@ -28,13 +28,14 @@ for n in 100 1000; do
 	"$BIN" bench fanout --agents "$n" --rounds "$ROUNDS" -o "$OUT"
 done
 
-# Real agent processes of this build (grid agent, secure as deployed) and
-# as many plain NATS responder processes as the floor; timed as the
-# controller saw each job (created_at to finished_at), with the agents'
-# CPU per command from /proc. PROC_ROUNDS: rounds after the warm-up.
+# Real agent processes of the deployed build (the slim grid-agent that
+# make build-agent writes to AGENT_BIN, secure as deployed) and as many
+# plain NATS responder processes as the floor; timed as the controller saw
+# each job (created_at to finished_at), with the agents' CPU per command
+# from /proc. PROC_ROUNDS: rounds after the warm-up.
 echo "== fan-out to agent processes, against responder processes"
 for n in 100 300; do
-	"$BIN" bench fanout --agent-procs "$n" --rounds "${PROC_ROUNDS:-10}" -o "$OUT"
+	"$BIN" bench fanout --agent-procs "$n" --rounds "${PROC_ROUNDS:-10}" --agent-bin "${AGENT_BIN:-bin/grid-agent}" -o "$OUT"
 done
 
 echo "== throughput: single-node jobs, 64 in flight"
