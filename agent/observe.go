@@ -190,7 +190,7 @@ func writeHealth(w http.ResponseWriter, code int, v any) {
 
 // commandLogger is log with a command's job, step and attempt, and the
 // trace id its message carried (parent).
-func commandLogger(log *slog.Logger, cmd *api.Command, parent context.Context) *slog.Logger {
+func commandLogger(parent context.Context, log *slog.Logger, cmd *api.Command) *slog.Logger {
 	log = log.With("job", cmd.JobID, "step", cmd.TaskIndex, "attempt", cmd.Attempt)
 	if sc := trace.SpanContextFromContext(parent); sc.IsValid() {
 		log = log.With("trace_id", sc.TraceID().String())

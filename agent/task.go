@@ -82,7 +82,7 @@ func (a *Agent) newTask(t *task) {
 // log is the task's logger: the agent's with the job, step, attempt and
 // the trace id the command carried.
 func (t *task) log() *slog.Logger {
-	t.logOnce.Do(func() { t.logger = commandLogger(t.agentLog, &t.cmd, t.parent) })
+	t.logOnce.Do(func() { t.logger = commandLogger(t.parent, t.agentLog, &t.cmd) })
 	return t.logger
 }
 
