@@ -29,7 +29,6 @@ func TestResultsReachARunAfterTheirConsumerServerDies(t *testing.T) {
 	startCluster(t, members)
 	ctx := context.Background()
 
-	// Where each controller's results consumer lives.
 	nc, err := nats.Connect("nats://" + members[0].cfg.NATSAddr)
 	if err != nil {
 		t.Fatal(err)
@@ -43,28 +42,54 @@ func TestResultsReachARunAfterTheirConsumerServerDies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	host := map[string]string{} // controller → server of its consumer
-	waitFor(t, 20*time.Second, "every controller's results consumer", func() bool {
-		infos := stream.ListConsumers(ctx)
-		for ci := range infos.Info() {
-			for _, m := range members {
-				if strings.HasPrefix(ci.Name, controller.ResultsConsumerPrefix(m.cfg.Name)+"_") && ci.Cluster != nil {
-					host[m.cfg.Name] = ci.Cluster.Leader
+	// Where each controller's results consumer lives, and a controller whose
+	// consumer lives on another member's server: the survivor, the other
+	// the victim. The placement is the cluster's choice; when every
+	// consumer lives on its own controller's server, one is deleted so
+	// that its controller makes it again, until one lands elsewhere.
+	var survivor, victim *clusterMember
+	var host map[string]string // controller → server of its consumer
+	for try := 0; survivor == nil; try++ {
+		host = map[string]string{}
+		names := map[string]string{}
+		waitFor(t, 30*time.Second, "every controller's results consumer", func() bool {
+			infos := stream.ListConsumers(ctx)
+			for ci := range infos.Info() {
+				for _, m := range members {
+					if strings.HasPrefix(ci.Name, controller.ResultsConsumerPrefix(m.cfg.Name)+"_") && ci.Cluster != nil {
+						host[m.cfg.Name], names[m.cfg.Name] = ci.Cluster.Leader, ci.Name
+					}
+				}
+			}
+			return len(host) == len(members)
+		})
+		for _, s := range members {
+			for _, v := range members {
+				if s != v && host[s.cfg.Name] == v.ctl.NATSServer().Name() {
+					survivor, victim = s, v
 				}
 			}
 		}
-		return len(host) == len(members)
-	})
-	var survivor, victim *clusterMember
-	for _, s := range members {
-		for _, v := range members {
-			if s != v && host[s.cfg.Name] == v.ctl.NATSServer().Name() {
-				survivor, victim = s, v
-			}
+		if survivor != nil {
+			break
 		}
-	}
-	if survivor == nil {
-		t.Fatalf("every controller's results consumer lives on its own server (%v): no server to kill under one", host)
+		if try == 10 {
+			t.Fatalf("every controller's results consumer lives on its own server after %d placements (%v)", try+1, host)
+		}
+		m := members[try%len(members)]
+		t.Logf("placement %v: every consumer on its own controller's server; deleting %s", host, names[m.cfg.Name])
+		if err := stream.DeleteConsumer(ctx, names[m.cfg.Name]); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 30*time.Second, m.cfg.Name+"'s results consumer made again", func() bool {
+			infos := stream.ListConsumers(ctx)
+			for ci := range infos.Info() {
+				if strings.HasPrefix(ci.Name, controller.ResultsConsumerPrefix(m.cfg.Name)+"_") && ci.Name != names[m.cfg.Name] {
+					return true
+				}
+			}
+			return false
+		})
 	}
 	t.Logf("%s's results consumer lives on %s's server", survivor.cfg.Name, victim.cfg.Name)
 
