@@ -11,12 +11,20 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
+	"github.com/gridfleet/terraform-provider-grid/internal/retry"
 )
 
 // idlePoll is how often an idle scheduler looks at the queues without being
 // told of a submission: a request put back with a delay (a claim that
 // could not read its job yet) becomes due without a publish.
 const idlePoll = time.Second
+
+// requestStored paces the looks at the queues after a publish was heard
+// but the pull found nothing: the core subscription hears a request as it
+// is published, and the stream stores it a moment later (after its
+// replicas agree, in a cluster), so the first look can come too early.
+// Without these looks such a request would wait for idlePoll.
+var requestStored = retry.Policy{Initial: 2 * time.Millisecond, Multiplier: 2, Max: 100 * time.Millisecond, Tries: 8}
 
 // schedule pulls submitted jobs while this controller has capacity and
 // starts them, higher priorities first.
@@ -50,6 +58,9 @@ func (c *Controller) schedule(ctx context.Context) {
 	// claim does not hold up the queue; schedule returns once they are done.
 	var claims sync.WaitGroup
 	defer claims.Wait()
+	// early counts the looks that found nothing since a publish was heard;
+	// while it is below requestStored's tries, the next look comes soon.
+	early := requestStored.Tries
 	for ctx.Err() == nil {
 		// Take a slot before taking work, so a busy controller leaves
 		// requests to its peers; then as many more free slots as a batch
@@ -76,9 +87,15 @@ func (c *Controller) schedule(ctx context.Context) {
 		if got > 0 {
 			continue
 		}
+		wait := idlePoll
+		if early < requestStored.Tries {
+			early++
+			wait = requestStored.Delay(early)
+		}
 		select {
 		case <-kick:
-		case <-time.After(idlePoll):
+			early = 0
+		case <-time.After(wait):
 		case <-ctx.Done():
 			return
 		}
