@@ -37,6 +37,12 @@ func wait(t *testing.T, f *fleet.Fleet, id string) *api.Job {
 	defer cancel()
 	j, err := f.Client().WaitJob(ctx, id)
 	if err != nil {
+		// Where it stood, to tell a job never claimed from one waiting on
+		// results.
+		if cur, gerr := f.Client().GetJob(context.Background(), id); gerr == nil {
+			b, _ := json.MarshalIndent(cur, "", "  ")
+			t.Logf("job %s as it stands:\n%s", id, b)
+		}
 		t.Fatalf("wait %s: %v", id, err)
 	}
 	return j
