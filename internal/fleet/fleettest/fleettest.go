@@ -5,6 +5,9 @@ package fleettest
 
 import (
 	"context"
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,6 +27,15 @@ func Start(t testing.TB, opts fleet.Options) *fleet.Fleet {
 	t.Helper()
 	if opts.DataDir == "" {
 		opts.DataDir = t.TempDir()
+	}
+	// The fleet's logs are kept (the last logKeep lines, at debug level)
+	// and printed when the test fails, so a failure says what the
+	// controller and agents saw. A test that wants the logs itself passes
+	// its own logger.
+	var keep *lineKeeper
+	if opts.Logger == nil {
+		keep = &lineKeeper{}
+		opts.Logger = slog.New(slog.NewTextHandler(keep, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	userCtl, userAgent := opts.Controller, opts.Agent
 	opts.Controller = func(c *controller.Config) {
@@ -50,6 +62,9 @@ func Start(t testing.TB, opts fleet.Options) *fleet.Fleet {
 		t.Fatalf("start fleet: %v", err)
 	}
 	t.Cleanup(func() {
+		if keep != nil && t.Failed() {
+			t.Logf("the fleet's log (its last %d lines at most):\n%s", logKeep, keep.String())
+		}
 		cancel()
 		select {
 		case <-f.Done():
@@ -58,6 +73,39 @@ func Start(t testing.TB, opts fleet.Options) *fleet.Fleet {
 		}
 	})
 	return f
+}
+
+// logKeep is how many of a fleet's last log lines a failed test prints.
+const logKeep = 400
+
+// lineKeeper keeps the last logKeep lines written to it.
+type lineKeeper struct {
+	mu    sync.Mutex
+	lines []string
+	next  int
+}
+
+func (k *lineKeeper) Write(p []byte) (int, error) {
+	line := string(p)
+	k.mu.Lock()
+	if len(k.lines) < logKeep {
+		k.lines = append(k.lines, line)
+	} else {
+		k.lines[k.next] = line
+		k.next = (k.next + 1) % logKeep
+	}
+	k.mu.Unlock()
+	return len(p), nil
+}
+
+func (k *lineKeeper) String() string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var b strings.Builder
+	for i := range k.lines {
+		b.WriteString(k.lines[(k.next+i)%len(k.lines)])
+	}
+	return b.String()
 }
 
 // JetStream connects to f's NATS server as the controller does, for a test
