@@ -15,6 +15,8 @@ import (
 
 	"github.com/gridfleet/terraform-provider-grid/agent"
 	"github.com/gridfleet/terraform-provider-grid/api"
+	"github.com/gridfleet/terraform-provider-grid/controller"
+	"github.com/gridfleet/terraform-provider-grid/internal/config"
 	"github.com/gridfleet/terraform-provider-grid/internal/fleet"
 	"github.com/gridfleet/terraform-provider-grid/internal/fleet/fleettest"
 )
@@ -33,6 +35,13 @@ func rolloutFleet(t *testing.T, n int, bad ...string) (*fleet.Fleet, string) {
 		if !slices.Contains(bad, fmt.Sprintf("node-%d", i+1)) {
 			c.Sandbox = shared
 		}
+	}, Controller: func(c *controller.Config) {
+		// The deployed default's share: with fleettest's 2s the controller
+		// never re-sends a command a node has not answered (its first
+		// re-send comes 2s after the dispatch), so a command or result
+		// lost under a loaded machine would hold the step until the task
+		// timeout instead of being asked for again.
+		c.ResultGrace = config.Duration(10 * time.Second)
 	}})
 	return f, shared
 }
