@@ -9,12 +9,22 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/gridfleet/terraform-provider-grid/internal/bus"
 	"github.com/gridfleet/terraform-provider-grid/internal/retry"
 )
 
 // followPolicy paces the tries to watch a bucket again after its watch
 // ended.
 var followPolicy = retry.Policy{Initial: 100 * time.Millisecond, Multiplier: 2, Max: 5 * time.Second, Jitter: 0.2}
+
+// firstWatchWait bounds the tries to open a bucket's first watch. A watch
+// is an ephemeral consumer that JetStream may place on any current server
+// of the stream; on a server that has just restarted on its data dir and is
+// still catching up, or while a cluster elects leaders, the creation can
+// go unanswered within the client's API timeout. That is a state the
+// cluster leaves by itself, so the controller tries again as long as it
+// would wait for the cluster to form, instead of failing its start.
+var firstWatchWait = bus.ClusterFormTimeout
 
 // follow keeps a copy of a bucket current: it hands every entry of kv (the
 // stored ones, then each change, deletions included) to apply, in order,
@@ -23,12 +33,12 @@ var followPolicy = retry.Policy{Initial: 100 * time.Millisecond, Multiplier: 2, 
 //
 // A watch that ends while ctx lives (its updates channel closed) is opened
 // again from the revision after the last one applied, so no change made
-// meanwhile is missed; tries are paced by followPolicy. Only the first
-// watch's failure is returned: a controller must not start without its
-// copy of the bucket.
+// meanwhile is missed; tries are paced by followPolicy. The first watch
+// is tried again for up to firstWatchWait; only its failure then is
+// returned: a controller must not start without its copy of the bucket.
 func follow(ctx context.Context, wg *sync.WaitGroup, kv jetstream.KeyValue, log *slog.Logger, what string,
 	apply func(jetstream.KeyValueEntry)) (<-chan struct{}, error) {
-	w, err := kv.WatchAll(ctx)
+	w, err := firstWatch(ctx, kv, log, what)
 	if err != nil {
 		return nil, fmt.Errorf("watch %s: %w", what, err)
 	}
@@ -76,6 +86,22 @@ func follow(ctx context.Context, wg *sync.WaitGroup, kv jetstream.KeyValue, log 
 		}
 	})
 	return ready, nil
+}
+
+// firstWatch opens a bucket's first watch, trying again while JetStream
+// does not answer, for up to firstWatchWait or until ctx ends.
+func firstWatch(ctx context.Context, kv jetstream.KeyValue, log *slog.Logger, what string) (jetstream.KeyWatcher, error) {
+	var w jetstream.KeyWatcher
+	policy := followPolicy
+	policy.MaxElapsed = firstWatchWait
+	err := retry.Do(ctx, policy, func(try int) error {
+		var err error
+		if w, err = kv.WatchAll(ctx); err != nil && try == 1 {
+			log.Warn("watch not opened; trying again while the cluster settles", "bucket", what, "err", err)
+		}
+		return err
+	})
+	return w, err
 }
 
 // waitReady waits for a followed bucket's stored entries to be applied.

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"slices"
 	"sync"
@@ -173,4 +174,99 @@ func TestFollowAppliesEveryChangeAcrossAnEndedWatch(t *testing.T) {
 
 	stop()
 	wg.Wait() // follow's goroutine ends with its context
+}
+
+// unansweredKV is a real bucket whose first watches go unanswered, as a
+// consumer creation does on a server still catching up after a restart:
+// nats.go then returns the API timeout.
+type unansweredKV struct {
+	jetstream.KeyValue
+	mu       sync.Mutex
+	failures int // watches still to fail; <0: all
+	tries    int
+}
+
+func (k *unansweredKV) WatchAll(ctx context.Context, opts ...jetstream.WatchOpt) (jetstream.KeyWatcher, error) {
+	k.mu.Lock()
+	k.tries++
+	fail := k.failures != 0
+	if k.failures > 0 {
+		k.failures--
+	}
+	k.mu.Unlock()
+	if fail {
+		return nil, context.DeadlineExceeded
+	}
+	return k.KeyValue.WatchAll(ctx, opts...)
+}
+
+// TestFollowWaitsForAFirstWatchJetStreamDoesNotAnswerYet: a controller
+// restarted into a cluster that is still catching up must come up. A first
+// watch that goes unanswered is tried again, and the stored entries are
+// applied once one is opened; one that stays unanswered past the wait
+// fails the follow with the last error.
+func TestFollowWaitsForAFirstWatchJetStreamDoesNotAnswerYet(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ns, err := embedded.StartServer(ctx, embedded.ServerConfig{Port: -1, DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Shutdown()
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bucket, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "first"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bucket.Put(ctx, "a", []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+
+	kv := &unansweredKV{KeyValue: bucket, failures: 2}
+	var mu sync.Mutex
+	var seen []string
+	fctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	ready, err := follow(fctx, &wg, kv, slog.New(slog.DiscardHandler), "first", func(e jetstream.KeyValueEntry) {
+		mu.Lock()
+		defer mu.Unlock()
+		seen = append(seen, e.Key()+"="+string(e.Value()))
+	})
+	if err != nil {
+		t.Fatalf("follow failed on watches JetStream answered late: %v", err)
+	}
+	select {
+	case <-ready:
+	case <-time.After(10 * time.Second):
+		t.Fatal("not ready after the watch was opened")
+	}
+	mu.Lock()
+	if !slices.Equal(seen, []string{"a=1"}) {
+		t.Errorf("applied %v, want the stored entry", seen)
+	}
+	mu.Unlock()
+	if kv.tries != 3 {
+		t.Errorf("%d tries to watch, want 3 (two unanswered, then one opened)", kv.tries)
+	}
+	stop()
+	wg.Wait()
+
+	prev := firstWatchWait
+	firstWatchWait = 300 * time.Millisecond
+	defer func() { firstWatchWait = prev }()
+	never := &unansweredKV{KeyValue: bucket, failures: -1}
+	if _, err := follow(ctx, &wg, never, slog.New(slog.DiscardHandler), "first", func(jetstream.KeyValueEntry) {}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("follow on a bucket that never answers: %v, want the watch's timeout", err)
+	}
+	if never.tries < 2 {
+		t.Errorf("%d tries before giving up, want it tried again", never.tries)
+	}
 }

@@ -231,10 +231,14 @@ func TestRateLimitSharedAcrossControllers(t *testing.T) {
 		cfg.RateLimits = controller.RateLimits{{Action: "ping.echo", Starts: limit, Per: config.Duration(per)}}
 	})
 	a, b := p.clients["ctl-a"], p.clients["ctl-b"]
-	waitFor(t, 10*time.Second, "three nodes online", func() bool {
-		n, err := a.ListNodes(ctx)
-		return err == nil && len(n) == 3 && !slices.ContainsFunc(n, func(n api.NodeInfo) bool { return n.Status != api.NodeOnline })
-	})
+	// Each controller resolves the target of the job submitted to it from
+	// the nodes it has heard, so both must have heard all three.
+	for name, cl := range p.clients {
+		waitFor(t, 10*time.Second, "three nodes online through "+name, func() bool {
+			n, err := cl.ListNodes(ctx)
+			return err == nil && len(n) == 3 && !slices.ContainsFunc(n, func(n api.NodeInfo) bool { return n.Status != api.NodeOnline })
+		})
+	}
 	spec := &api.JobSpec{Target: api.Target{Scope: api.ScopeAll}, Tasks: []api.Phase{{Backend: "ping", Action: "echo", Params: api.Params{"message": "hi"}}}}
 	ja := mustSubmit(t, a, spec)
 	jb := mustSubmit(t, b, spec)
