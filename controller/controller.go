@@ -509,22 +509,29 @@ func (c *Controller) putInfo(ctx context.Context, status string) {
 // starts again from its first configuration, and "new" would then skip
 // every result stored while it was gone, leaving their runs waiting.
 func (c *Controller) consumeResults(ctx context.Context) error {
-	stream, err := c.js.Stream(ctx, api.StreamResults)
-	if err != nil {
-		return fmt.Errorf("results stream: %w", err)
-	}
-	info, err := stream.Info(ctx)
-	if err != nil {
-		return fmt.Errorf("results stream: %w", err)
-	}
-	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		NamePrefix:     ResultsConsumerPrefix(c.id),
-		FilterSubjects: []string{api.SubjectResults},
-		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
-		OptStartSeq:    info.State.LastSeq + 1,
+	var cons jetstream.Consumer
+	err := untilAnswered(ctx, c.log, "results consumer", func() error {
+		stream, err := c.js.Stream(ctx, api.StreamResults)
+		if err != nil {
+			return fmt.Errorf("results stream: %w", err)
+		}
+		info, err := stream.Info(ctx)
+		if err != nil {
+			return fmt.Errorf("results stream: %w", err)
+		}
+		cons, err = stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+			NamePrefix:     ResultsConsumerPrefix(c.id),
+			FilterSubjects: []string{api.SubjectResults},
+			DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
+			OptStartSeq:    info.State.LastSeq + 1,
+		})
+		if err != nil {
+			return fmt.Errorf("results consumer: %w", err)
+		}
+		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("results consumer: %w", err)
+		return err
 	}
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		c.routeResult(m.Subject(), m.Data(), true)

@@ -92,16 +92,26 @@ func follow(ctx context.Context, wg *sync.WaitGroup, kv jetstream.KeyValue, log 
 // does not answer, for up to firstWatchWait or until ctx ends.
 func firstWatch(ctx context.Context, kv jetstream.KeyValue, log *slog.Logger, what string) (jetstream.KeyWatcher, error) {
 	var w jetstream.KeyWatcher
-	policy := followPolicy
-	policy.MaxElapsed = firstWatchWait
-	err := retry.Do(ctx, policy, func(try int) error {
-		var err error
-		if w, err = kv.WatchAll(ctx); err != nil && try == 1 {
-			log.Warn("watch not opened; trying again while the cluster settles", "bucket", what, "err", err)
-		}
+	err := untilAnswered(ctx, log, "watch "+what, func() (err error) {
+		w, err = kv.WatchAll(ctx)
 		return err
 	})
 	return w, err
+}
+
+// untilAnswered tries op, which makes a consumer (a watch is one), again
+// while it fails, for up to firstWatchWait or until ctx ends, and returns
+// its last error. It is for the consumers a controller needs to start.
+func untilAnswered(ctx context.Context, log *slog.Logger, what string, op func() error) error {
+	policy := followPolicy
+	policy.MaxElapsed = firstWatchWait
+	return retry.Do(ctx, policy, func(try int) error {
+		err := op()
+		if err != nil && try == 1 {
+			log.Warn("JetStream did not answer; trying again while the cluster settles", "what", what, "err", err)
+		}
+		return err
+	})
 }
 
 // waitReady waits for a followed bucket's stored entries to be applied.
