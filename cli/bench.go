@@ -101,7 +101,7 @@ func benchSetup(cmd *cobra.Command, g *globals, bf *benchFlags) (context.Context
 		_, _ = fmt.Fprintf(g.stderr, "warning: open-files limit is %d, %d agents may need %d (%v)\n", got, bf.agents, want, err)
 	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-	opts := bench.Options{Heartbeat: bf.heartbeat, StartParallel: bf.parallel, Progress: g.stderr, Logger: logger, Token: g.token, Insecure: bf.insecure, ControllerDataDir: bf.ctlDir, CAFile: g.cacert,
+	opts := bench.Options{Heartbeat: bf.heartbeat, StartParallel: bf.parallel, Progress: g.stderr, Logger: logger, Token: g.apiToken(), Insecure: bf.insecure, ControllerDataDir: bf.ctlDir, CAFile: g.cacert,
 		AgentBin: bf.agentBin, AgentLogLevel: bf.agentLogLevel, AgentDebugPort: bf.agentDebugPort, AgentEnv: bf.agentEnv}
 	if external {
 		opts.APIAddr, opts.NATSURL = g.addr, bf.nats

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -71,8 +72,11 @@ The agents never change this machine. What each backend really does here:
 				return fmt.Errorf("start dev fleet: %w", err)
 			}
 			addr := f.APIURL()
+			self := invokedAs()
 			_, _ = fmt.Fprintf(g.stdout, `GRID dev fleet: %d agent(s) named node-1…node-%d
   API:    %s
+  UI:     %s/ui/ (sign in with the token below; for the browser to trust the
+          certificate, import %s as a certificate authority)
   NATS:   %s (TLS; CA %s, also the API's; join token in %s)
   groups: %s
   data:   %s (removed at exit)
@@ -81,11 +85,11 @@ The agents never change this machine. What each backend really does here:
 Paste into another terminal (the token is the admin token):
   export GRID_ADDR=%s GRID_TOKEN=%s GRID_CACERT=%s
 then try:
-  grid node list
-  grid job run --target group:web ping echo --message hi --wait
+  %s node list
+  %s job run --target group:web ping echo --message hi --wait
 
 Ctrl-C stops the fleet.
-`, agents, agents, addr, f.NATSURL(), f.CAFile(), f.JoinTokenFile(), devGroups(agents), dir, addr, f.AdminToken(), f.CAFile())
+`, agents, agents, addr, addr, f.CAFile(), f.NATSURL(), f.CAFile(), f.JoinTokenFile(), devGroups(agents), dir, addr, f.AdminToken(), f.CAFile(), self, self)
 			<-ctx.Done()
 			_, _ = fmt.Fprintln(g.stderr, "stopping the dev fleet…")
 			<-f.Done()
@@ -114,4 +118,14 @@ func devGroups(agents int) string {
 		return "-"
 	}
 	return strings.Join(groups, ", ")
+}
+
+// invokedAs is how to run this binary again as the user just did: the
+// path it was started with when it is a grid binary (./bin/grid after make
+// build), else "grid".
+func invokedAs() string {
+	if len(os.Args) > 0 && filepath.Base(os.Args[0]) == "grid" {
+		return os.Args[0]
+	}
+	return "grid"
 }

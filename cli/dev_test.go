@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gridfleet/terraform-provider-grid/api"
 )
 
 // syncBuffer lets the test read what a command running in another
@@ -102,6 +106,15 @@ func TestDevFleetEndToEnd(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("grid dev printed no export line: %q %q", devOut.String(), devErr.String())
 		}
+	}
+
+	// The dashboard's address is printed, and it serves the dashboard to
+	// a client that trusts the printed CA.
+	if !strings.Contains(devOut.String(), "UI:     "+addr+"/ui/") || !strings.Contains(devOut.String(), "import "+caFile) {
+		t.Errorf("grid dev does not print the dashboard's URL and the CA to trust: %q", devOut.String())
+	}
+	if ui := fetchWithCA(t, caFile, addr+"/ui/"); !strings.Contains(ui, "<html") {
+		t.Errorf("the printed dashboard URL serves %q", ui)
 	}
 
 	// Without the CA the certificate is refused, and the error says what
@@ -219,4 +232,24 @@ func TestServerCommandsRefuseClientFlags(t *testing.T) {
 			t.Errorf("%v: code %d err %q", args, code, errOut)
 		}
 	}
+}
+
+// fetchWithCA GETs url trusting only the CA in caFile and returns the body.
+func fetchWithCA(t *testing.T, caFile, url string) string {
+	t.Helper()
+	tc, err := api.ClientConfig{CAFile: caFile}.TLSConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: tc}}
+	resp, err := hc.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d %v", url, resp.StatusCode, err)
+	}
+	return string(b)
 }

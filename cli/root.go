@@ -94,6 +94,23 @@ type globals struct {
 
 func (g *globals) json() bool { return g.output == "json" }
 
+// apiToken is --token, else GRID_TOKEN.
+func (g *globals) apiToken() string {
+	if g.token != "" {
+		return g.token
+	}
+	return api.DefaultClientConfig().Token
+}
+
+// envState says whether a secret's environment variable is set, for help
+// texts that must not print its value.
+func envState(v string) string {
+	if v == "" {
+		return "not set"
+	}
+	return "set"
+}
+
 func (g *globals) validate() error {
 	switch g.output {
 	case "table", "json":
@@ -111,7 +128,7 @@ func (g *globals) client() (*api.Client, error) {
 	if err := g.validate(); err != nil {
 		return nil, err
 	}
-	cc := api.ClientConfig{Address: g.addr, Token: g.token, CAFile: g.cacert, CertFile: g.cert, KeyFile: g.key, Timeout: g.timeout}
+	cc := api.ClientConfig{Address: g.addr, Token: g.apiToken(), CAFile: g.cacert, CertFile: g.cert, KeyFile: g.key, Timeout: g.timeout}
 	if err := cc.Validate(); err != nil {
 		return nil, &exitError{code: ExitUsage, err: fmt.Errorf("--addr: %w", err)}
 	}
@@ -144,7 +161,10 @@ Started by Terraform, the same binary serves the Terraform provider.`,
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.addr, "addr", def.Address, "controller API address, or several of a cluster comma-separated (env GRID_ADDR)")
 	pf.StringVarP(&g.output, "output", "o", "table", "output format: table or json")
-	pf.StringVar(&g.token, "token", def.Token, "bearer token for the controller API (env GRID_TOKEN)")
+	// The token's value is a secret: help shows whether GRID_TOKEN is set,
+	// never what it holds, and the flag's default stays empty (the
+	// environment is read when the flag is not given).
+	pf.StringVar(&g.token, "token", "", "bearer token for the controller API (env GRID_TOKEN, "+envState(def.Token)+")")
 	pf.StringVar(&g.cert, "client-cert", def.CertFile, "client certificate (PEM) for a controller that requires one (api_client_ca) (env GRID_CLIENT_CERT)")
 	pf.StringVar(&g.key, "client-key", def.KeyFile, "key of --client-cert (PEM) (env GRID_CLIENT_KEY)")
 	pf.StringVar(&g.cacert, "cacert", def.CAFile, "CA certificate (PEM) the controller's HTTPS certificate must chain to: its DATA_DIR/ca.pem (env GRID_CACERT)")
