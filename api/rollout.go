@@ -195,7 +195,8 @@ func (r Rollout) ErrorBudget(n int) (int, bool) {
 type JobSummary struct {
 	// Targeted counts the nodes the target matched, online or not.
 	Targeted int `json:"targeted"`
-	// Reached counts the nodes that finished at least one step.
+	// Reached counts the nodes that started at least one step (a step
+	// cancelled while it ran counts: the node was reached).
 	Reached   int `json:"reached"`
 	Succeeded int `json:"succeeded"`
 	Failed    int `json:"failed"`
@@ -205,6 +206,9 @@ type JobSummary struct {
 	// NotStarted counts nodes a rollout never started because max_errors
 	// was exceeded.
 	NotStarted int `json:"not_started"`
+	// Cancelled counts nodes whose step was cancelled (running or not yet
+	// started) and that neither failed nor went away.
+	Cancelled int `json:"cancelled,omitempty"`
 }
 
 // Summarize counts the job's nodes by outcome from its results.
@@ -228,6 +232,7 @@ func (j *Job) Summarize() JobSummary {
 				notStarted = true
 			case StepCancelled:
 				cancelled = true
+				reached = reached || startedBefore(res)
 			case StepSkipped:
 			default:
 				open = true
@@ -243,10 +248,24 @@ func (j *Job) Summarize() JobSummary {
 			s.Failed++
 		case notStarted:
 			s.NotStarted++
-		case open || cancelled || len(j.Results) == 0:
+		case cancelled:
+			s.Cancelled++
+		case open || len(j.Results) == 0:
 		default:
 			s.Succeeded++
 		}
 	}
 	return s
+}
+
+// startedBefore reports whether a node's timeline for a step shows it
+// running (or done) before the step ended otherwise.
+func startedBefore(r *NodeResult) bool {
+	for _, e := range r.Events {
+		switch e.Status {
+		case StepRunning, StepSuccess, StepFailed:
+			return true
+		}
+	}
+	return false
 }

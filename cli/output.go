@@ -172,8 +172,12 @@ func writeJobTable(w io.Writer, j *api.Job, now time.Time) error {
 		_, _ = fmt.Fprintf(tw, "unreachable:\t%s (offline when the target was resolved)\n", truncate(strings.Join(j.Unreachable, ", "), 120))
 	}
 	if sum := j.Summary; sum != nil {
-		_, _ = fmt.Fprintf(tw, "summary:\t%d targeted, %d reached, %d succeeded, %d failed, %d unreachable, %d not started\n",
-			sum.Targeted, sum.Reached, sum.Succeeded, sum.Failed, sum.Unreachable, sum.NotStarted)
+		cancelled := ""
+		if sum.Cancelled > 0 {
+			cancelled = fmt.Sprintf(", %d cancelled", sum.Cancelled)
+		}
+		_, _ = fmt.Fprintf(tw, "summary:\t%d targeted, %d reached, %d succeeded, %d failed, %d unreachable, %d not started%s\n",
+			sum.Targeted, sum.Reached, sum.Succeeded, sum.Failed, sum.Unreachable, sum.NotStarted, cancelled)
 	}
 	_, _ = fmt.Fprintf(tw, "steps:\t%d\n", len(steps))
 	if j.SubmittedBy != "" {

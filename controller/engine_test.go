@@ -416,6 +416,11 @@ tasks:
 	if j.Status != api.JobCancelled {
 		t.Fatalf("status %s, want cancelled", j.Status)
 	}
+	// Both nodes were running when the job was cancelled: they were
+	// reached, and the summary says they were cancelled.
+	if want := (api.JobSummary{Targeted: 2, Reached: 2, Cancelled: 2}); j.Summary == nil || *j.Summary != want {
+		t.Errorf("summary of a job cancelled while both nodes ran: %+v, want %+v", j.Summary, want)
+	}
 	if d := time.Since(start); d > 5*time.Second {
 		t.Fatalf("cancel took %s", d)
 	}

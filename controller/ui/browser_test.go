@@ -344,7 +344,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
 		j, err := f.Client().SubmitJob(ctx, &api.JobSpec{Target: api.Target{Scope: api.ScopeNode, Value: "node-1"},
-			Tasks: []api.Phase{{Backend: "ping", Action: "sleep", Params: api.Params{"duration": "60s"}}}})
+			Tasks: []api.Phase{{Backend: "ping", Action: "sleep", Params: api.Params{"duration": "60s"}}, {Backend: "ping", Action: "echo"}}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -380,6 +380,10 @@ func TestDashboardInBrowser(t *testing.T) {
 		waitJS(t, tab, 15*time.Second, "the job cancelled", `document.body.dataset.jobStatus === 'cancelled' && document.body.dataset.jobEnded === '`+j.ID+`'`)
 		if got, err := f.Client().GetJob(ctx, j.ID); err != nil || got.Status != api.JobCancelled {
 			t.Fatalf("job after cancel: %v %v", got.Status, err)
+		}
+		// The step that never ran is not shown as waiting on an ended job.
+		if sum := eval[string](t, tab, `document.getElementById('job-summary').textContent`); strings.Contains(sum, "waiting") || !strings.Contains(sum, "1 did not run") {
+			t.Errorf("summary of the cancelled job %q, want its second step counted as did not run", sum)
 		}
 
 		// The cancelled job's node is retried from the page: the new job

@@ -575,6 +575,12 @@
     busy(t0);
   }
 
+  // What a cell without a result is: waiting while the job runs, and never
+  // run once it has ended.
+  function noResult(j) {
+    return ['completed', 'failed', 'cancelled', 'partial_failure'].includes(j.status) ? 'did_not_run' : 'waiting';
+  }
+
   function paintHead(s) {
     const j = s.job;
     $('job-status').replaceChildren(badge(j.status));
@@ -600,7 +606,7 @@
       const row = j.results[i] || {};
       for (const n of s.nodes) {
         const r = row[n];
-        const st = r ? r.status : 'waiting';
+        const st = r ? r.status : noResult(j);
         counts[st] = (counts[st] || 0) + 1;
         cells++;
       }
@@ -614,7 +620,7 @@
     const r = (s.job.results[step] || {})[node];
     $('cell').hidden = false;
     $('cell-h').textContent = node + ' · step ' + (step + 1) + ' ' + s.steps[step];
-    const meta = [['Status', label(r ? r.status : 'waiting')], ['Changed', r && r.changed ? 'yes' : 'no'],
+    const meta = [['Status', label(r ? r.status : noResult(s.job))], ['Changed', r && r.changed ? 'yes' : 'no'],
       ['Attempts', r && r.attempts ? String(r.attempts) : '—'], ['Duration', (r && r.duration) || '—']];
     if (r && r.progress != null) meta.push(['Progress', r.progress + '%']);
     $('cell-meta').replaceChildren(...meta.flatMap(([k, v]) => [el('dt', { text: k }), el('dd', { class: 'cell-' + k.toLowerCase(), text: v })]));
