@@ -168,7 +168,84 @@ func (c *Controller) Done() <-chan struct{} { return c.done }
 // Start brings up NATS, the topology, the registry, the scheduler and the
 // API, and returns when the controller is ready. Everything stops when ctx
 // ends; Done reports when that has finished.
-func (c *Controller) Start(ctx context.Context) error {
+//
+// It runs named steps, each of which registers how to undo what it
+// started; when a step fails, what the steps before it started is undone
+// in reverse order and the error names the step.
+func (c *Controller) Start(ctx context.Context) (err error) {
+	s := &startup{}
+	defer func() {
+		if err != nil {
+			s.undo()
+		}
+	}()
+	// The server outlives ctx slightly: it stops after the API and the
+	// scheduler, in shutdown.
+	setupCtx, cancelSetup := context.WithTimeout(ctx, bus.ClusterFormTimeout+30*time.Second)
+	defer cancelSetup()
+	steps := []struct {
+		name string
+		run  func(context.Context, *startup) error
+	}{
+		{"identity", c.setupIdentity},
+		{"security", c.setupSecurity},
+		{"NATS", c.setupNATS},
+		{"streams and buckets", c.setupTopology},
+		{"secrets and limits", c.setupStores},
+		{"nodes", c.setupNodes},
+		{"tokens", c.setupTokens},
+		{"jobs", c.setupJobs},
+		{"API", c.setupAPI},
+	}
+	for _, step := range steps {
+		if err := step.run(setupCtx, s); err != nil {
+			// The steps' errors say what failed already; the step name is
+			// for the log, where a start failure is read.
+			c.log.Error("controller start failed", "step", step.name, "err", err)
+			return err
+		}
+	}
+	if _, err := c.deadControllers(setupCtx); err != nil {
+		c.log.Warn("list controllers", "err", err)
+	}
+	c.startLoops(s)
+	c.mu.Lock()
+	c.ready = true
+	c.mu.Unlock()
+	c.log.Info("controller ready", "api", c.apiURL, "nats", c.natsURL, "data_dir", c.cfg.DataDir)
+	go func() {
+		<-ctx.Done()
+		c.shutdown(s)
+	}()
+	return nil
+}
+
+// startup is what Start's steps started: how to undo it when a later step
+// fails, and what shutdown stops in order.
+type startup struct {
+	// undos run in reverse order when a step fails.
+	undos []func()
+	// stopNATS stops the embedded server (a no-op on an external NATS).
+	stopNATS context.CancelFunc
+	// runCtx lives as long as the controller's runs and watches; stopRuns
+	// ends it. stopIntake ends the loops that take work.
+	runCtx     context.Context
+	stopRuns   context.CancelFunc
+	stopIntake context.CancelFunc
+	// subs are the core subscriptions unsubscribed at shutdown.
+	subs []*nats.Subscription
+}
+
+func (s *startup) onUndo(f func()) { s.undos = append(s.undos, f) }
+
+func (s *startup) undo() {
+	for i := len(s.undos) - 1; i >= 0; i-- {
+		s.undos[i]()
+	}
+}
+
+// setupIdentity fixes the controller's id and its log.
+func (c *Controller) setupIdentity(context.Context, *startup) error {
 	id, err := c.cfg.controllerID()
 	if err != nil {
 		return err
@@ -176,14 +253,17 @@ func (c *Controller) Start(ctx context.Context) error {
 	c.id = id
 	c.log = c.log.With("controller", id)
 	c.started = time.Now().UTC()
+	return nil
+}
 
-	// The server outlives ctx slightly: it stops after the API and the
-	// scheduler, in shutdown.
-	urls := c.cfg.NATSURLs
+// setupSecurity loads the CA, certificates and join token of the embedded
+// server, or the credentials of an external NATS.
+func (c *Controller) setupSecurity(context.Context, *startup) error {
+	var err error
 	switch {
 	case c.cfg.Insecure:
 		c.log.Warn("INSECURE: NATS runs without TLS or authentication and the HTTP API serves plain HTTP (tokens in clear); anyone who reaches NATS controls every node. Use this in a lab only.")
-	case len(urls) == 0:
+	case len(c.cfg.NATSURLs) == 0:
 		if c.sec, err = newSecurity(c.cfg, c.log); err != nil {
 			return err
 		}
@@ -193,11 +273,24 @@ func (c *Controller) Start(ctx context.Context) error {
 			return err
 		}
 	}
+	return nil
+}
+
+// setupNATS starts the embedded server (unless NATS is external) and
+// connects to it.
+func (c *Controller) setupNATS(_ context.Context, s *startup) error {
 	nsCtx, stopNATS := context.WithCancel(context.Background())
+	s.stopNATS = stopNATS
+	s.onUndo(func() {
+		stopNATS()
+		if c.ns != nil {
+			c.ns.WaitForShutdown()
+		}
+	})
+	urls := c.cfg.NATSURLs
 	if len(urls) == 0 {
-		ns, err := c.startNATS(nsCtx, id)
+		ns, err := c.startNATS(nsCtx, c.id)
 		if err != nil {
-			stopNATS()
 			return err
 		}
 		c.ns = ns
@@ -209,134 +302,154 @@ func (c *Controller) Start(ctx context.Context) error {
 	} else {
 		c.natsURL = strings.Join(urls, ",")
 	}
-
-	fail := func(err error) error {
-		if c.nc != nil {
-			c.nc.Close()
-		}
-		stopNATS()
-		if c.ns != nil {
-			c.ns.WaitForShutdown()
-		}
+	var err error
+	if c.nc, err = bus.Connect("grid-controller-"+c.id, urls, c.log, c.natsOpts...); err != nil {
 		return err
 	}
-	c.nc, err = bus.Connect("grid-controller-"+id, urls, c.log, c.natsOpts...)
-	if err != nil {
-		return fail(err)
+	s.onUndo(c.nc.Close)
+	if c.js, err = jetstream.New(c.nc); err != nil {
+		return fmt.Errorf("jetstream: %w", err)
 	}
-	c.js, err = jetstream.New(c.nc)
-	if err != nil {
-		return fail(fmt.Errorf("jetstream: %w", err))
-	}
-	setupCtx, cancelSetup := context.WithTimeout(ctx, bus.ClusterFormTimeout+30*time.Second)
-	defer cancelSetup()
+	return nil
+}
+
+// setupTopology creates or updates the streams and buckets, and opens the
+// jobs bucket and the cluster key.
+func (c *Controller) setupTopology(ctx context.Context, _ *startup) error {
 	topo := bus.DefaultTopology()
 	topo.Replicas, topo.NeverLower = c.cfg.replicas()
 	c.replicas = topo.Replicas
 	c.logReplicas(topo.Replicas, topo.NeverLower)
-	if err := bus.EnsureTopologyRetry(setupCtx, c.js, topo, bus.ClusterFormTimeout, c.log); err != nil {
-		return fail(fmt.Errorf("set up streams and buckets: %w", err))
+	if err := bus.EnsureTopologyRetry(ctx, c.js, topo, bus.ClusterFormTimeout, c.log); err != nil {
+		return fmt.Errorf("set up streams and buckets: %w", err)
 	}
-	jobsKV, err := c.js.KeyValue(setupCtx, api.BucketJobs)
+	jobsKV, err := c.js.KeyValue(ctx, api.BucketJobs)
 	if err != nil {
-		return fail(err)
+		return err
 	}
 	c.jobs = &jobStore{kv: jobsKV}
 	c.jobIdx = newJobIndex()
-	keysKV, err := c.js.KeyValue(setupCtx, api.BucketKeys)
+	keysKV, err := c.js.KeyValue(ctx, api.BucketKeys)
 	if err != nil {
-		return fail(err)
+		return err
 	}
-	if c.box, err = loadClusterKey(setupCtx, keysKV); err != nil {
-		return fail(err)
+	if c.box, err = loadClusterKey(ctx, keysKV); err != nil {
+		return err
 	}
-	if c.secretsKV, err = c.js.KeyValue(setupCtx, api.BucketJobSecrets); err != nil {
-		return fail(err)
+	return nil
+}
+
+// setupStores opens the buckets of sensitive params, rate limits and
+// schedules, and starts the context the runs and watches live in.
+func (c *Controller) setupStores(ctx context.Context, s *startup) error {
+	var err error
+	if c.secretsKV, err = c.js.KeyValue(ctx, api.BucketJobSecrets); err != nil {
+		return err
 	}
-	if c.rateKV, err = c.js.KeyValue(setupCtx, api.BucketRateLimits); err != nil {
-		return fail(err)
+	if c.rateKV, err = c.js.KeyValue(ctx, api.BucketRateLimits); err != nil {
+		return err
 	}
-	schedsKV, err := c.js.KeyValue(setupCtx, api.BucketSchedules)
+	schedsKV, err := c.js.KeyValue(ctx, api.BucketSchedules)
 	if err != nil {
-		return fail(err)
+		return err
 	}
 	c.scheds = &scheduleStore{kv: schedsKV}
-	nodesKV, err := c.js.KeyValue(setupCtx, api.BucketNodes)
+	s.runCtx, s.stopRuns = context.WithCancel(context.Background())
+	s.onUndo(func() {
+		s.stopRuns()
+		c.loops.Wait()
+		if c.reg != nil {
+			c.reg.loops.Wait()
+		}
+	})
+	return nil
+}
+
+// setupNodes loads the enrollments (the registry takes only admitted
+// nodes), answers enrollment requests, and follows the node records.
+func (c *Controller) setupNodes(ctx context.Context, s *startup) error {
+	nodesKV, err := c.js.KeyValue(ctx, api.BucketNodes)
 	if err != nil {
-		return fail(err)
+		return err
 	}
-	schemasKV, err := c.js.KeyValue(setupCtx, api.BucketSchemas)
+	schemasKV, err := c.js.KeyValue(ctx, api.BucketSchemas)
 	if err != nil {
-		return fail(err)
+		return err
 	}
 	c.nodesKV = nodesKV
-	runCtx, stopRuns := context.WithCancel(context.Background())
 	c.reg = newRegistry(c.log, c.cfg.NodeOfflineAfter.D(), schemasKV)
 	c.reg.heartbeats = c.metrics.heartbeats
-	var enrollSub *nats.Subscription
 	if c.sec != nil {
-		// Enrollments first: the registry takes only admitted nodes.
 		c.reg.admitted = c.sec.admitted
 		c.sec.forget = c.reg.forget
-		enrollKV, err := c.js.KeyValue(setupCtx, api.BucketEnrollments)
+		enrollKV, err := c.js.KeyValue(ctx, api.BucketEnrollments)
 		if err == nil {
-			err = c.sec.watch(runCtx, &c.loops, enrollKV)
-		}
-		if err == nil {
-			enrollSub, err = c.nc.QueueSubscribe(api.SubjectEnrollAll, "grid-enroll", c.sec.onEnroll)
+			err = c.sec.watch(s.runCtx, &c.loops, enrollKV)
 		}
 		if err != nil {
-			stopRuns()
-			return fail(fmt.Errorf("enrollments: %w", err))
+			return fmt.Errorf("enrollments: %w", err)
 		}
+		enrollSub, err := c.nc.QueueSubscribe(api.SubjectEnrollAll, "grid-enroll", c.sec.onEnroll)
+		if err != nil {
+			return fmt.Errorf("enrollments: %w", err)
+		}
+		s.subs = append(s.subs, enrollSub)
 	}
-	if err := c.reg.watch(runCtx, c.nc, nodesKV); err != nil {
-		stopRuns()
-		return fail(fmt.Errorf("watch nodes: %w", err))
+	if err := c.reg.watch(s.runCtx, c.nc, nodesKV); err != nil {
+		return fmt.Errorf("watch nodes: %w", err)
 	}
-	tokensKV, err := c.js.KeyValue(setupCtx, api.BucketTokens)
+	return nil
+}
+
+// setupTokens loads the API tokens and makes the admin token on a
+// cluster's first start.
+func (c *Controller) setupTokens(ctx context.Context, s *startup) error {
+	tokensKV, err := c.js.KeyValue(ctx, api.BucketTokens)
 	if err != nil {
-		stopRuns()
-		return fail(err)
+		return err
 	}
-	if c.tokens, err = openTokens(runCtx, &c.loops, tokensKV, c.log); err != nil {
-		stopRuns()
-		return fail(err)
+	if c.tokens, err = openTokens(s.runCtx, &c.loops, tokensKV, c.log); err != nil {
+		return err
 	}
-	if c.adminToken, err = c.ensureAdminToken(setupCtx); err != nil {
-		stopRuns()
-		return fail(err)
+	c.adminToken, err = c.ensureAdminToken(ctx)
+	return err
+}
+
+// setupJobs follows the jobs bucket, consumes results, and hears progress
+// reports and cancellations.
+func (c *Controller) setupJobs(_ context.Context, s *startup) error {
+	if err := c.jobIdx.watch(s.runCtx, &c.loops, c.jobs.kv, c.log); err != nil {
+		return err
 	}
-	if err := c.jobIdx.watch(runCtx, &c.loops, jobsKV, c.log); err != nil {
-		stopRuns()
-		return fail(err)
-	}
-	if err := c.consumeResults(runCtx); err != nil {
-		stopRuns()
-		return fail(err)
+	if err := c.consumeResults(s.runCtx); err != nil {
+		return err
 	}
 	progressSub, err := c.nc.Subscribe(api.SubjectProgress, func(m *nats.Msg) {
 		c.routeResult(m.Subject, m.Data, false)
 	})
 	if err != nil {
-		stopRuns()
-		return fail(fmt.Errorf("subscribe progress reports: %w", err))
+		return fmt.Errorf("subscribe progress reports: %w", err)
 	}
 	_ = progressSub.SetPendingLimits(-1, -1)
+	s.subs = append(s.subs, progressSub)
 	cancelSub, err := c.nc.Subscribe(api.SubjectCancelAll, c.onCancel)
 	if err != nil {
-		stopRuns()
-		return fail(fmt.Errorf("subscribe cancellations: %w", err))
+		return fmt.Errorf("subscribe cancellations: %w", err)
 	}
+	s.subs = append(s.subs, cancelSub)
+	return nil
+}
+
+// setupAPI listens and serves the HTTP API (and the debug server when
+// configured).
+func (c *Controller) setupAPI(_ context.Context, s *startup) error {
 	apiTLS, err := c.apiTLSConfig()
 	if err != nil {
-		stopRuns()
-		return fail(err)
+		return err
 	}
 	ln, err := net.Listen("tcp", c.cfg.APIAddr)
 	if err != nil {
-		stopRuns()
-		return fail(fmt.Errorf("API listen on %s: %w", c.cfg.APIAddr, err))
+		return fmt.Errorf("API listen on %s: %w", c.cfg.APIAddr, err)
 	}
 	c.apiURL = "http://" + ln.Addr().String()
 	if apiTLS != nil {
@@ -346,8 +459,7 @@ func (c *Controller) Start(ctx context.Context) error {
 	if c.cfg.DebugAddr != "" {
 		if c.debugSrv, err = c.startDebug(); err != nil {
 			_ = ln.Close()
-			stopRuns()
-			return fail(err)
+			return err
 		}
 	}
 	c.httpSrv = &http.Server{Handler: c.traceHTTP(c.routes()), ReadHeaderTimeout: 10 * time.Second,
@@ -360,40 +472,29 @@ func (c *Controller) Start(ctx context.Context) error {
 			c.log.Error("API server", "err", err)
 		}
 	})
+	s.onUndo(func() { _ = c.httpSrv.Close() })
+	return nil
+}
 
-	if _, err := c.deadControllers(setupCtx); err != nil {
-		c.log.Warn("list controllers", "err", err)
-	}
-	c.resumeOwned(runCtx)
-	// Intake (taking submitted jobs, adopting orphans) stops first at
-	// shutdown, before the runs are stopped, then the rest.
-	intakeCtx, stopIntake := context.WithCancel(runCtx)
+// startLoops resumes the runs this controller owns and starts the loops:
+// intake (taking submitted jobs, adopting orphans, firing schedules),
+// which stops first at shutdown, and the heartbeat and sweeper.
+func (c *Controller) startLoops(s *startup) {
+	c.resumeOwned(s.runCtx)
+	intakeCtx, stopIntake := context.WithCancel(s.runCtx)
+	s.stopIntake = stopIntake
 	c.intake.Go(func() { c.schedule(intakeCtx) })
 	c.intake.Go(func() { c.recoverLoop(intakeCtx) })
 	c.intake.Go(func() { c.scheduleLoop(intakeCtx) })
-	c.loops.Go(func() { c.heartbeat(runCtx) })
-	c.loops.Go(func() { c.sweepJobs(runCtx) })
-	c.mu.Lock()
-	c.ready = true
-	c.mu.Unlock()
-	c.log.Info("controller ready", "api", c.apiURL, "nats", c.natsURL, "data_dir", c.cfg.DataDir)
-
-	subs := []*nats.Subscription{cancelSub, progressSub}
-	if enrollSub != nil {
-		subs = append(subs, enrollSub)
-	}
-	go func() {
-		<-ctx.Done()
-		c.shutdown(stopIntake, stopRuns, subs, stopNATS)
-	}()
-	return nil
+	c.loops.Go(func() { c.heartbeat(s.runCtx) })
+	c.loops.Go(func() { c.sweepJobs(s.runCtx) })
 }
 
 // shutdown stops the controller in order: no new runs and no API first,
 // then the loops that take work, then the runs (which stay running in KV for
 // a restart or a peer), then the heartbeat and the watches, and last the
 // connection and the server.
-func (c *Controller) shutdown(stopIntake, stopRuns context.CancelFunc, subs []*nats.Subscription, stopNATS context.CancelFunc) {
+func (c *Controller) shutdown(s *startup) {
 	defer close(c.done)
 	c.mu.Lock()
 	// Under mu, so that no run is added after this (addRun checks it).
@@ -406,10 +507,10 @@ func (c *Controller) shutdown(stopIntake, stopRuns context.CancelFunc, subs []*n
 	if c.debugSrv != nil {
 		_ = c.debugSrv.Close()
 	}
-	for _, s := range subs {
-		_ = s.Unsubscribe()
+	for _, sub := range s.subs {
+		_ = sub.Unsubscribe()
 	}
-	stopIntake()
+	s.stopIntake()
 	c.intake.Wait()
 	c.mu.Lock()
 	runs := make([]*run, 0, len(c.runs))
@@ -421,7 +522,7 @@ func (c *Controller) shutdown(stopIntake, stopRuns context.CancelFunc, subs []*n
 		r.cancel(errShutdown)
 	}
 	c.runWG.Wait()
-	stopRuns()
+	s.stopRuns()
 	// The heartbeat has returned, so nothing writes "online" after the
 	// "offline" below.
 	c.loops.Wait()
@@ -432,7 +533,7 @@ func (c *Controller) shutdown(stopIntake, stopRuns context.CancelFunc, subs []*n
 		c.putInfo(sctx, "offline")
 	}
 	_ = c.nc.Drain()
-	stopNATS()
+	s.stopNATS()
 	if c.ns != nil {
 		c.ns.WaitForShutdown()
 	}
