@@ -61,12 +61,10 @@ type Controller struct {
 	// holds them while their job may run.
 	box       *seal.Box
 	secretsKV jetstream.KeyValue
-	// limits are the configured rate limits (nil: none); rateKV holds
-	// their shared windows; rateMismatch the limits whose window another
-	// controller wrote under other numbers (logged once).
-	limits       *rateLimits
-	rateKV       jetstream.KeyValue
-	rateMismatch sync.Map
+	// limits are the configured rate limits (nil: none); rates holds
+	// their windows, shared by the cluster.
+	limits *rateLimits
+	rates  *rateWindows
 	// scheds are the cron schedules (schedules.go); scheduleClaimed, when
 	// set, is called after this controller claims a tick and before it
 	// submits the tick's job, and returning true stops there (tests
@@ -346,9 +344,11 @@ func (c *Controller) setupStores(ctx context.Context, s *startup) error {
 	if c.secretsKV, err = c.js.KeyValue(ctx, api.BucketJobSecrets); err != nil {
 		return err
 	}
-	if c.rateKV, err = c.js.KeyValue(ctx, api.BucketRateLimits); err != nil {
+	rateKV, err := c.js.KeyValue(ctx, api.BucketRateLimits)
+	if err != nil {
 		return err
 	}
+	c.rates = &rateWindows{kv: rateKV, log: c.log}
 	schedsKV, err := c.js.KeyValue(ctx, api.BucketSchedules)
 	if err != nil {
 		return err

@@ -109,7 +109,7 @@ func (g *stepGroup) limitKeys() []string {
 func (g *stepGroup) takeUnits(q *limitQueue) {
 	r := g.r
 	ctx, cancel := context.WithTimeout(r.ctx, rateTakeTimeout)
-	granted, next, err := r.c.takeStarts(ctx, q.lim, len(q.items))
+	granted, next, err := r.c.rates.takeStarts(ctx, q.lim, len(q.items))
 	cancel()
 	if r.ctx.Err() != nil {
 		return // the run ends; abort records the waiting nodes

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -82,14 +84,25 @@ var rateCASPolicy = retry.Policy{Initial: 5 * time.Millisecond, Multiplier: 2, M
 // errRateConflict: the window changed between read and write.
 var errRateConflict = errors.New("rate window changed concurrently")
 
+// rateWindows are the rate limits' windows shared by the controllers of a
+// cluster in the rate_limits bucket: one per limit, taken from by
+// compare-and-swap.
+type rateWindows struct {
+	kv  jetstream.KeyValue
+	log *slog.Logger
+	// mismatch holds the limits whose window another controller wrote
+	// under other numbers (logged once each).
+	mismatch sync.Map
+}
+
 // takeStarts takes up to want starts of l's budget in one compare-and-swap
 // of its window, and returns how many it got and, when fewer, when the
 // next one frees up.
-func (c *Controller) takeStarts(ctx context.Context, l *rateLimit, want int) (granted int, next time.Time, err error) {
+func (rw *rateWindows) takeStarts(ctx context.Context, l *rateLimit, want int) (granted int, next time.Time, err error) {
 	err = retry.Do(ctx, rateCASPolicy, func(int) error {
 		var w rateWindow
 		var rev uint64
-		e, err := c.rateKV.Get(ctx, l.key)
+		e, err := rw.kv.Get(ctx, l.key)
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):
 		case err != nil:
@@ -100,7 +113,7 @@ func (c *Controller) takeStarts(ctx context.Context, l *rateLimit, want int) (gr
 				// Unreadable: start a new log rather than stall every job.
 				w = rateWindow{}
 			}
-			c.noteRateMismatch(l, w)
+			rw.noteRateMismatch(l, w)
 		}
 		granted, next = w.admit(l.RateLimit, time.Now(), want)
 		if granted == 0 {
@@ -111,9 +124,9 @@ func (c *Controller) takeStarts(ctx context.Context, l *rateLimit, want int) (gr
 			return retry.Stop(err)
 		}
 		if rev == 0 {
-			_, err = c.rateKV.Create(ctx, l.key, data)
+			_, err = rw.kv.Create(ctx, l.key, data)
 		} else {
-			_, err = c.rateKV.Update(ctx, l.key, data, rev)
+			_, err = rw.kv.Update(ctx, l.key, data, rev)
 		}
 		if isRevisionConflict(err) {
 			granted = 0
@@ -134,13 +147,13 @@ func (c *Controller) takeStarts(ctx context.Context, l *rateLimit, want int) (gr
 // noteRateMismatch logs, once per limit, that another controller wrote the
 // window under a different limit: the controllers of a cluster should share
 // one list, or each enforces its own against the same count.
-func (c *Controller) noteRateMismatch(l *rateLimit, w rateWindow) {
+func (rw *rateWindows) noteRateMismatch(l *rateLimit, w rateWindow) {
 	if w.Starts == 0 || (w.Starts == l.Starts && w.PerMS == l.Per.D().Milliseconds()) {
 		return
 	}
-	if _, seen := c.rateMismatch.LoadOrStore(l.key, true); seen {
+	if _, seen := rw.mismatch.LoadOrStore(l.key, true); seen {
 		return
 	}
-	c.log.Warn("another controller has a different rate limit; give every controller of the cluster the same rate_limits",
+	rw.log.Warn("another controller has a different rate limit; give every controller of the cluster the same rate_limits",
 		"action", l.Action, "here", l.String(), "there_starts", w.Starts, "there_per", time.Duration(w.PerMS)*time.Millisecond)
 }
