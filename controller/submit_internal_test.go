@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/gridfleet/terraform-provider-grid/api"
 )
 
@@ -221,6 +223,25 @@ func TestOnlySubmitMakesJobs(t *testing.T) {
 	for what := range allowed {
 		if !found[what] {
 			t.Errorf("no call of %s found: this test no longer looks at what it should", what)
+		}
+	}
+}
+
+// A write of a new job refused for lack of room is storage full (507);
+// any other failed write is unavailable (503).
+func TestStoreErrorKinds(t *testing.T) {
+	for _, tt := range []struct {
+		err  error
+		kind error
+	}{
+		{&jetstream.APIError{Code: 503, ErrorCode: jsInsufficientResources, Description: "insufficient resources"}, errStorageFull},
+		{fmt.Errorf("store job j: %w", errors.New("nats: maximum bytes exceeded")), errStorageFull},
+		{fmt.Errorf("store job j: %w", jetstream.ErrNoHeartbeat), errUnavailable},
+		{errors.New("nats: timeout"), errUnavailable},
+	} {
+		got := storeError(tt.err)
+		if !errors.Is(got, tt.kind) || !errors.Is(got, tt.err) {
+			t.Errorf("%v: %v, want kind %v with the cause", tt.err, got, tt.kind)
 		}
 	}
 }
