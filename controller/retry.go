@@ -95,7 +95,6 @@ func retryJob(orig *api.Job) (*api.Job, error) {
 	if err := json.Unmarshal(b, &job); err != nil {
 		return nil, fmt.Errorf("copy job %s: %w", orig.ID, err)
 	}
-	job.Status, job.Expected = "", nil
 	job.RetryOf = orig.ID
 	return &job, nil
 }

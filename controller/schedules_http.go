@@ -50,9 +50,11 @@ func (c *Controller) checkScheduleJob(spec *api.ScheduleSpec, by principal) erro
 	if err := c.checkPolicy(cat, job, by); err != nil {
 		return refuse(errRefused, api.PrefixField("job", err))
 	}
-	if secrets, err := extractSensitive(job, cat); err != nil {
+	secrets, err := extractSensitive(job, cat)
+	if err != nil {
 		return refuse(errInvalid, api.PrefixField("job", err))
-	} else if len(secrets) > 0 {
+	}
+	if len(secrets) > 0 {
 		return refusef(errInvalid, "job: a schedule cannot hold sensitive params (their values are kept only while one job runs); give the value on the nodes instead")
 	}
 	return nil
