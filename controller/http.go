@@ -93,6 +93,43 @@ func writeError(w http.ResponseWriter, code int, msg string) {
 	writeJSON(w, code, api.ErrorBody{Error: msg})
 }
 
+// jobErrorStatus is the HTTP status of a job that could not be made or
+// retried, by the kind of its refusal (see joberrors.go): the one place
+// where those kinds become status codes. An error of no kind is a 500: the
+// core is to say why it refuses.
+func jobErrorStatus(err error) int {
+	switch {
+	case errors.Is(err, errRefused):
+		return http.StatusForbidden
+	case errors.Is(err, errInvalid), errors.Is(err, errTooLarge):
+		// A job too large to store names the limit, as any invalid field.
+		return http.StatusBadRequest
+	case errors.Is(err, errQueueFull):
+		return http.StatusTooManyRequests
+	case errors.Is(err, errStorageFull):
+		return http.StatusInsufficientStorage
+	case errors.Is(err, errJobExists), errors.Is(err, errJobState):
+		return http.StatusConflict
+	case errors.Is(err, errJobNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, errUnavailable):
+		return http.StatusServiceUnavailable
+	default:
+		return http.StatusInternalServerError
+	}
+}
+
+// writeRefusal answers a request whose job could not be made or retried:
+// the status of the refusal's kind, {"error": message}, and for a full
+// queue when to try again.
+func writeRefusal(w http.ResponseWriter, err error) {
+	code := jobErrorStatus(err)
+	if code == http.StatusTooManyRequests {
+		w.Header().Set("Retry-After", "1")
+	}
+	writeError(w, code, err.Error())
+}
+
 func (c *Controller) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, c.cfg.MaxBodyBytes))
 	if err != nil {
@@ -104,18 +141,14 @@ func (c *Controller) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "read request body: "+err.Error())
 		return
 	}
-	cat := c.catalog()
-	job, err := decodeSubmission(body, cat)
+	job, err := decodeSubmission(body, c.catalog())
 	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+		writeRefusal(w, refuse(errInvalid, err))
 		return
 	}
-	job, code, err := c.submit(r.Context(), job, cat, principalFrom(r.Context()))
+	job, err = c.submit(r.Context(), job, principalFrom(r.Context()))
 	if err != nil {
-		if code == http.StatusTooManyRequests {
-			w.Header().Set("Retry-After", "1")
-		}
-		writeError(w, code, err.Error())
+		writeRefusal(w, err)
 		return
 	}
 	writeJSON(w, http.StatusAccepted, job)

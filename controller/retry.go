@@ -17,11 +17,8 @@ import (
 // The routes of this file and dlq.go are registered in apiRoutes: retry
 // and delete need operator.
 
-// handleRetry submits a new job with the spec of a finished one, linked to
-// it by retry_of; with failed_only, only on the nodes that did not finish
-// every step they ran (failed, cancelled, unreachable, or never answered).
+// handleRetry serves POST /job/{id}/retry: see retry.
 func (c *Controller) handleRetry(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
 	var req api.RetryRequest
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 64<<10))
 	if err != nil {
@@ -34,67 +31,72 @@ func (c *Controller) handleRetry(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	orig, err := c.currentJob(r.Context(), id)
-	if errors.Is(err, api.ErrNotFound) {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("job %s not found", id))
-		return
-	}
+	job, err := c.retry(r.Context(), r.PathValue("id"), req.FailedOnly, principalFrom(r.Context()))
 	if err != nil {
-		writeError(w, http.StatusServiceUnavailable, err.Error())
-		return
-	}
-	if !orig.Status.Terminal() {
-		writeError(w, http.StatusConflict, fmt.Sprintf("job %s is %s; retry a finished job (or cancel it first)", id, orig.Status))
-		return
-	}
-	if p := sensitiveParam(orig); p != "" {
-		// Its values were dropped when the job ended; a retry would send
-		// the placeholder in their place.
-		writeError(w, http.StatusConflict, fmt.Sprintf("job %s has sensitive param %s, whose value is not kept after a job ends; submit the job again with it", id, p))
-		return
-	}
-	job := api.JobSpec{Target: orig.Target, Tasks: orig.Tasks, Strategy: orig.Strategy, Timeout: orig.Timeout,
-		CheckMode: orig.CheckMode}.Job()
-	job.RetryOf = orig.ID
-	job.SubmittedBy = principalFrom(r.Context()).Name
-	job.Priority = orig.Priority
-	job.Nodes = slices.Clone(orig.Nodes)
-	if req.FailedOnly {
-		job.Nodes = failedNodes(orig)
-		if len(job.Nodes) == 0 {
-			writeError(w, http.StatusConflict, fmt.Sprintf("job %s has no failed nodes to retry (status %s)", id, orig.Status))
-			return
-		}
-	}
-	if err := c.catalog().ValidateJob(job); err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	if !c.admit(w, r) {
-		return
-	}
-	if err := c.enqueue(r.Context(), job); err != nil {
-		writeError(w, http.StatusServiceUnavailable, err.Error())
+		writeRefusal(w, err)
 		return
 	}
 	writeJSON(w, http.StatusAccepted, job)
 }
 
-// admit applies admission control (max_pending) to a new job; it answers
-// the request itself when the job may not be queued.
-func (c *Controller) admit(w http.ResponseWriter, r *http.Request) bool {
-	pending, err := c.pendingCount(r.Context(), c.cfg.MaxPending)
+// retry makes a new job with every setting of a finished one (retryJob),
+// linked to it by retry_of; with failedOnly, only on the nodes that did not
+// finish every step they ran (failed, cancelled, unreachable, or never
+// answered). It is submitted as by, the caller of the retry, not the
+// original submitter: through submit, so policy, validation on the nodes,
+// size and admission apply as they do to any new job.
+func (c *Controller) retry(ctx context.Context, id string, failedOnly bool, by principal) (*api.Job, error) {
+	orig, err := c.currentJob(ctx, id)
+	if errors.Is(err, api.ErrNotFound) {
+		return nil, refusef(errJobNotFound, "job %s not found", id)
+	}
 	if err != nil {
-		writeError(w, http.StatusServiceUnavailable, err.Error())
-		return false
+		return nil, refuse(errUnavailable, fmt.Errorf("read job %s: %w", id, err))
 	}
-	if pending >= c.cfg.MaxPending {
-		c.metrics.admissionRejected.Inc()
-		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusTooManyRequests, fmt.Sprintf("job queue is full (%d pending, max_pending %d); retry later", pending, c.cfg.MaxPending))
-		return false
+	if !orig.Status.Terminal() {
+		return nil, refusef(errJobState, "job %s is %s; retry a finished job (or cancel it first)", id, orig.Status)
 	}
-	return true
+	if p := sensitiveParam(orig); p != "" {
+		// Its values were dropped when the job ended; a retry would send
+		// the placeholder in their place.
+		return nil, refusef(errJobState, "job %s has sensitive param %s, whose value is not kept after a job ends; submit the job again with it", id, p)
+	}
+	job, err := retryJob(orig)
+	if err != nil {
+		return nil, refuse(errInvalid, err)
+	}
+	if failedOnly {
+		job.Nodes = failedNodes(orig)
+		if len(job.Nodes) == 0 {
+			return nil, refusef(errJobState, "job %s has no failed nodes to retry (status %s)", id, orig.Status)
+		}
+	}
+	return c.submit(ctx, job, by)
+}
+
+// retryJob is a new job with every setting of orig (what it runs, where,
+// and how: target and the nodes it was narrowed to, tasks, strategy,
+// timeout, check mode, rollout limits, priority, not_before), linked to it
+// by retry_of, and none of its run (status, results, times, owner,
+// submitter, trace, schedule). It shares nothing with orig.
+func retryJob(orig *api.Job) (*api.Job, error) {
+	settings := api.Job{
+		Target: orig.Target, Tasks: orig.Tasks, Strategy: orig.Strategy, Timeout: orig.Timeout, CheckMode: orig.CheckMode,
+		MaxConcurrency: orig.MaxConcurrency, MaxErrors: orig.MaxErrors, Priority: orig.Priority, NotBefore: orig.NotBefore,
+		Nodes: orig.Nodes,
+	}
+	// A deep copy: tasks hold maps, and orig may be a running
+	// controller's copy.
+	b, err := json.Marshal(settings)
+	if err != nil {
+		return nil, fmt.Errorf("copy job %s: %w", orig.ID, err)
+	}
+	var job api.Job
+	if err := json.Unmarshal(b, &job); err != nil {
+		return nil, fmt.Errorf("copy job %s: %w", orig.ID, err)
+	}
+	job.RetryOf = orig.ID
+	return &job, nil
 }
 
 // failedNodes are the nodes of a finished job that did not finish every

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"strconv"
 	"sync"
 	"time"
@@ -298,23 +297,31 @@ func (c *Controller) submitTick(ctx context.Context, sc *api.Schedule, jobID str
 	case !errors.Is(err, jetstream.ErrKeyNotFound):
 		return "", err
 	}
-	te, ok := c.tokens.get(sc.CreatedBy)
-	if !ok || te.rec.RevokedAt != nil {
-		return fmt.Sprintf("the token %q that created the schedule no longer exists or is revoked; recreate the schedule with a valid token", sc.CreatedBy), nil
-	}
 	job := sc.Job.Job()
 	job.ID, job.ScheduleID = jobID, sc.ID
-	cat := c.catalog()
-	if err := cat.ValidateJob(job); err != nil {
-		return err.Error(), nil
+	by, err := c.scheduleCreator(sc)
+	if err == nil {
+		_, err = c.submit(ctx, job, by)
 	}
-	_, code, err := c.submit(ctx, job, cat, principal{Name: te.rec.Name, Role: te.rec.Role})
 	switch {
 	case err == nil, errors.Is(err, errJobExists):
 		return "", nil
-	case code == http.StatusServiceUnavailable:
-		return "", err
-	default:
+	case finalRefusal(err):
 		return err.Error(), nil
+	default:
+		// Unavailable (or of no known kind): the claim stays for another
+		// try.
+		return "", err
 	}
+}
+
+// scheduleCreator is who a schedule's ticks are submitted as: the token
+// that created it, with the role that token has now. A token that is gone
+// or revoked refuses every tick (errRefused).
+func (c *Controller) scheduleCreator(sc *api.Schedule) (principal, error) {
+	te, ok := c.tokens.get(sc.CreatedBy)
+	if !ok || te.rec.RevokedAt != nil {
+		return principal{}, refusef(errRefused, "the token %q that created the schedule no longer exists or is revoked; recreate the schedule with a valid token", sc.CreatedBy)
+	}
+	return principal{Name: te.rec.Name, Role: te.rec.Role}, nil
 }

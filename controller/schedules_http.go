@@ -30,25 +30,34 @@ func (c *Controller) readScheduleSpec(w http.ResponseWriter, r *http.Request) (*
 		return nil, false
 	}
 	spec.Normalize()
-	cat := c.catalog()
-	job := spec.Job.Job()
-	if err := cat.ValidateJob(job); err != nil {
-		writeError(w, http.StatusBadRequest, api.PrefixField("job", err).Error())
-		return nil, false
-	}
-	if err := c.checkPolicy(cat, job, principalFrom(r.Context())); err != nil {
-		writeError(w, http.StatusForbidden, api.PrefixField("job", err).Error())
-		return nil, false
-	}
-	if secrets, err := extractSensitive(job, cat); err != nil || len(secrets) > 0 {
-		msg := "job: a schedule cannot hold sensitive params (their values are kept only while one job runs); give the value on the nodes instead"
-		if err != nil {
-			msg = api.PrefixField("job", err).Error()
-		}
-		writeError(w, http.StatusBadRequest, msg)
+	if err := c.checkScheduleJob(spec, principalFrom(r.Context())); err != nil {
+		writeRefusal(w, err)
 		return nil, false
 	}
 	return spec, true
+}
+
+// checkScheduleJob checks a schedule's job as submit would for by, as far
+// as it can before a tick: its steps against the catalog of online nodes
+// and the controller's policy. Sensitive params are refused. Each tick
+// goes through submit again, as the schedule's creator.
+func (c *Controller) checkScheduleJob(spec *api.ScheduleSpec, by principal) error {
+	cat := c.catalog()
+	job := spec.Job.Job()
+	if err := cat.ValidateJob(job); err != nil {
+		return refuse(errInvalid, api.PrefixField("job", err))
+	}
+	if err := c.checkPolicy(cat, job, by); err != nil {
+		return refuse(errRefused, api.PrefixField("job", err))
+	}
+	secrets, err := extractSensitive(job, cat)
+	if err != nil {
+		return refuse(errInvalid, api.PrefixField("job", err))
+	}
+	if len(secrets) > 0 {
+		return refusef(errInvalid, "job: a schedule cannot hold sensitive params (their values are kept only while one job runs); give the value on the nodes instead")
+	}
+	return nil
 }
 
 // scheduleNext is a schedule's next run from now (nil while paused).

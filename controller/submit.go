@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -28,42 +27,57 @@ func decodeSubmission(body []byte, cat *api.Catalog) (*api.Job, error) {
 	return job, nil
 }
 
-// errJobExists is submit's answer for a job whose preset id is taken: a
-// schedule's tick that was submitted already.
-var errJobExists = errors.New("a job with this id exists")
-
-// submit queues a decoded, structurally valid job as POST /job does:
-// policy for the submitter, validation on the nodes its target resolves to
-// now, sensitive values moved out, size and admission checks, then the job
-// stored and its request queued. A job with an id set keeps it (a
-// schedule's tick); otherwise it gets a new one. On refusal it returns the
-// HTTP status to answer with and an error naming the field at fault.
-func (c *Controller) submit(ctx context.Context, job *api.Job, cat *api.Catalog, by principal) (*api.Job, int, error) {
-	if err := c.checkPolicy(cat, job, by); err != nil {
-		return nil, http.StatusForbidden, err
+// submit is the one way a job is made: POST /job, a retry, a schedule's
+// tick and anything later all come here, so each gets the same checks, in
+// this order: the controller is not stopping; the job's structure and its
+// steps against the merged schemas of online nodes; the controller's
+// policy for by (its allow list; dangerous_roles for by's role); every
+// step against the schemas of the nodes the job targets now (its nodes, for
+// a narrowed retry); sensitive values moved out; its size once stored with
+// every result; admission (max_pending). Then it is stored and its request
+// queued. by is who asks now: the caller of the API, or a schedule's
+// creator. A job with an id set keeps it (a schedule's tick); otherwise it
+// gets a new one. A refusal is a *jobError whose kind (errRefused,
+// errInvalid, errTooLarge, errQueueFull, errStorageFull, errUnavailable,
+// errJobExists) says why and whose message names the field at fault.
+func (c *Controller) submit(ctx context.Context, job *api.Job, by principal) (*api.Job, error) {
+	select {
+	case <-c.stopping:
+		return nil, refusef(errUnavailable, "controller %s is stopping; submit to another controller or try again", c.id)
+	default:
 	}
-	// The answer shows the nodes the target resolves to now (the seed's
-	// API did); the job resolves it again when it starts.
-	online, offline := c.reg.preview(job.Target)
+	if err := job.Validate(); err != nil {
+		return nil, refuse(errInvalid, err)
+	}
+	cat := c.catalog()
+	if err := cat.ValidateJob(job); err != nil {
+		return nil, refuse(errInvalid, err)
+	}
+	if err := c.checkPolicy(cat, job, by); err != nil {
+		return nil, refuse(errRefused, err)
+	}
+	// The answer shows the nodes the job would run on now (the seed's API
+	// did); the job resolves them again when it starts.
+	online, offline := c.jobNodes(job, c.reg.preview)
 	if err := validateOnNodes(job, c.reg.catalogsOf(online)); err != nil {
-		return nil, http.StatusBadRequest, err
+		return nil, refuse(errInvalid, err)
 	}
 	// Sensitive values leave the job here: it is stored and answered with
 	// (sensitive) in their place.
 	secrets, err := extractSensitive(job, cat)
 	if err != nil {
-		return nil, http.StatusBadRequest, err
+		return nil, refuse(errInvalid, err)
 	}
 	if err := c.checkJobSize(job); err != nil {
-		return nil, http.StatusBadRequest, err
+		return nil, refuse(errTooLarge, err)
 	}
 	pending, err := c.pendingCount(ctx, c.cfg.MaxPending)
 	if err != nil {
-		return nil, http.StatusServiceUnavailable, err
+		return nil, refuse(errUnavailable, fmt.Errorf("count pending jobs: %w", err))
 	}
 	if pending >= c.cfg.MaxPending {
 		c.metrics.admissionRejected.Inc()
-		return nil, http.StatusTooManyRequests, fmt.Errorf("job queue is full (%d pending, max_pending %d); retry later", pending, c.cfg.MaxPending)
+		return nil, refusef(errQueueFull, "job queue is full (%d pending, max_pending %d); retry later", pending, c.cfg.MaxPending)
 	}
 	now := time.Now().UTC()
 	if job.ID == "" {
@@ -88,13 +102,13 @@ func (c *Controller) submit(ctx context.Context, job *api.Job, cat *api.Catalog,
 	stampTrace(ctx, job)
 	if len(secrets) > 0 {
 		if err := c.storeSecrets(ctx, job.ID, secrets); err != nil {
-			return nil, http.StatusServiceUnavailable, err
+			return nil, storeError(err)
 		}
 	}
 	rev, stored, err := c.jobs.create(ctx, job)
 	if errors.Is(err, jetstream.ErrKeyExists) {
 		// Someone else's job: leave it alone.
-		return nil, http.StatusConflict, fmt.Errorf("job %s: %w", job.ID, errJobExists)
+		return nil, refuse(errJobExists, fmt.Errorf("job %s: %w", job.ID, errJobExists))
 	}
 	if err != nil {
 		// The write may have landed without its answer (a server failing
@@ -109,7 +123,7 @@ func (c *Controller) submit(ctx context.Context, job *api.Job, cat *api.Catalog,
 			j.Status, j.Error = api.JobFailed, "could not store the job: "+err.Error()
 			return true
 		})
-		return nil, http.StatusServiceUnavailable, err
+		return nil, storeError(err)
 	}
 	c.jobIdx.put(job.ID, stored, job.CreatedAt, rev)
 	if err := c.queueRequest(ctx, job.ID, job.Priority, rev, stored); err != nil {
@@ -118,12 +132,32 @@ func (c *Controller) submit(ctx context.Context, job *api.Job, cat *api.Catalog,
 			j.Status, j.Error = api.JobFailed, "could not queue the job: "+err.Error()
 			return true
 		})
-		return nil, http.StatusServiceUnavailable, fmt.Errorf("queue job: %w", err)
+		return nil, refuse(errUnavailable, fmt.Errorf("queue job: %w", err))
 	}
 	c.metrics.jobsSubmitted.Inc()
-	jobLogger(c.log, job).Info("job submitted", "by", by.Name, "target", job.Target.String(),
-		"steps", api.LeafCount(job.Tasks), "schedule", job.ScheduleID)
-	return job, http.StatusAccepted, nil
+	jobLogger(c.log, job).Info("job submitted", "by", by.Name, "role", by.Role, "target", job.Target.String(),
+		"steps", api.LeafCount(job.Tasks), "schedule", job.ScheduleID, "retry_of", job.RetryOf)
+	return job, nil
+}
+
+// jobNodes resolves, with resolve, the nodes a job runs on and those of
+// its target that are offline: its target's, or, for a job narrowed to
+// some nodes (a retry of the failed ones), those nodes.
+func (c *Controller) jobNodes(j *api.Job, resolve func(api.Target) (online, offline []string)) (online, offline []string) {
+	if len(j.Nodes) == 0 {
+		return resolve(j.Target)
+	}
+	for _, id := range j.Nodes {
+		on, off := resolve(api.Target{Scope: api.ScopeNode, Value: id})
+		online, offline = append(online, on...), append(offline, off...)
+	}
+	return online, offline
+}
+
+// expectedNodes resolves the nodes a job being claimed runs on (see
+// jobNodes), moving the round robin of a ScopeAny target on.
+func (c *Controller) expectedNodes(j *api.Job) (online, offline []string) {
+	return c.jobNodes(j, c.reg.resolveAll)
 }
 
 // queueRequest publishes a stored job's request. The message id makes a
