@@ -282,10 +282,24 @@ func TestTargets(t *testing.T) {
 	if len(seen) < 2 {
 		t.Fatalf("any chose %v over 4 jobs; want it spread", seen)
 	}
-	// A target with no online node fails with a clear error.
-	j := wait(t, f, submit(t, f, "target: {scope: group, value: nothing}\ntasks: [{backend: ping, action: echo}]").ID)
-	if j.Status != api.JobFailed || !strings.Contains(j.Error, "no online nodes") {
-		t.Fatalf("empty target: status %s error %q", j.Status, j.Error)
+	// A target that matches no node, online or offline, is refused at
+	// submit with the field at fault, and nothing is stored.
+	before, err := f.Client().ListJobs(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, target := range []string{"{scope: group, value: nothing}", "{scope: node, value: node-99}"} {
+		spec, err := api.ParseJobSpec([]byte("target: " + target + "\ntasks: [{backend: ping, action: echo}]"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = f.Client().SubmitJob(context.Background(), spec)
+		if !api.IsStatus(err, http.StatusBadRequest) || !strings.Contains(err.Error(), "matches no node") || !strings.Contains(err.Error(), "target") {
+			t.Errorf("target %s: %v, want a 400 saying it matches no node", target, err)
+		}
+	}
+	if after, err := f.Client().ListJobs(context.Background()); err != nil || len(after) != len(before) {
+		t.Errorf("refused submissions stored jobs: %d before, %d after (%v)", len(before), len(after), err)
 	}
 }
 

@@ -59,6 +59,12 @@ func (c *Controller) submit(ctx context.Context, job *api.Job, by principal) (*a
 	// The answer shows the nodes the job would run on now (the seed's API
 	// did); the job resolves them again when it starts.
 	online, offline := c.jobNodes(job, c.reg.preview)
+	if len(online)+len(offline) == 0 {
+		// A misspelt group or node would otherwise be stored, queued and
+		// failed later; an empty fleet has nothing to run on either.
+		return nil, refuse(errInvalid, &api.ValidationError{Field: "target", Msg: fmt.Sprintf(
+			"%s matches no node, online or offline (grid node list shows the nodes and their groups)", job.Target)})
+	}
 	if err := validateOnNodes(job, c.reg.catalogsOf(online)); err != nil {
 		return nil, refuse(errInvalid, err)
 	}
