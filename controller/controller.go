@@ -109,6 +109,9 @@ type Controller struct {
 
 	// replicas is the count streams and buckets are created and raised to.
 	replicas int
+	// topo is the topology the streams and buckets were set up with (the
+	// dead-letter stream is made again from it if it is gone).
+	topo bus.Topology
 
 	metrics  *metrics
 	pending  pendingEstimate
@@ -232,6 +235,8 @@ func (c *Controller) Start(ctx context.Context) error {
 	defer cancelSetup()
 	topo := bus.DefaultTopology()
 	topo.Replicas, topo.NeverLower = c.cfg.replicas()
+	topo.Limits = c.cfg.limits(c.nc.MaxPayload())
+	c.topo = topo
 	c.replicas = topo.Replicas
 	c.logReplicas(topo.Replicas, topo.NeverLower)
 	if err := bus.EnsureTopologyRetry(setupCtx, c.js, topo, bus.ClusterFormTimeout, c.log); err != nil {
@@ -241,7 +246,7 @@ func (c *Controller) Start(ctx context.Context) error {
 	if err != nil {
 		return fail(err)
 	}
-	c.jobs = &jobStore{kv: jobsKV}
+	c.jobs = newJobStore(jobsKV, "jobs_max_bytes")
 	c.jobIdx = newJobIndex()
 	keysKV, err := c.js.KeyValue(setupCtx, api.BucketKeys)
 	if err != nil {

@@ -112,6 +112,9 @@ func (c *Controller) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	}
 	job, code, err := c.submit(r.Context(), job, cat, principalFrom(r.Context()))
 	if err != nil {
+		if errors.Is(err, errStorageFull) {
+			code = http.StatusInsufficientStorage
+		}
 		if code == http.StatusTooManyRequests {
 			w.Header().Set("Retry-After", "1")
 		}
