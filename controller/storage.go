@@ -29,7 +29,7 @@ type storageFullError struct {
 func (e *storageFullError) Error() string {
 	msg := fmt.Sprintf("%s: the %s bucket is full", errStorageFull, e.bucket)
 	if e.limit > 0 {
-		msg += fmt.Sprintf(" (%d of %d bytes)", e.used, e.limit)
+		msg = fmt.Sprintf("%s: the %s bucket has no room for new entries (%d of its %d bytes used)", errStorageFull, e.bucket, e.used, e.limit)
 	}
 	msg += fmt.Sprintf("; raise %s in the controller's config", e.setting)
 	if e.hint != "" {
