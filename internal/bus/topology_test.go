@@ -113,10 +113,29 @@ func TestCapNeverBelowStored(t *testing.T) {
 	js := testJetStream(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	// The requests and dead-letter streams as an earlier version made them:
+	// unbounded, discarding old messages.
+	for _, sc := range []jetstream.StreamConfig{
+		{Name: api.StreamRequests, Subjects: []string{api.SubjectRequests}, Retention: jetstream.WorkQueuePolicy, Discard: jetstream.DiscardOld},
+		{Name: api.StreamDeadLetters, Subjects: []string{"dlq.>"}, Retention: jetstream.LimitsPolicy},
+	} {
+		if _, err := js.CreateStream(ctx, sc); err != nil {
+			t.Fatal(err)
+		}
+	}
 	unbounded := DefaultTopology()
 	unbounded.Limits = nil
 	if err := EnsureTopology(ctx, js, unbounded); err != nil {
 		t.Fatal(err)
+	}
+	for _, name := range []string{api.StreamRequests, api.StreamDeadLetters} {
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := s.CachedInfo().Config.Discard; d != jetstream.DiscardNew {
+			t.Errorf("%s discards %v after the upgrade, want new", name, d)
+		}
 	}
 	kv, err := js.KeyValue(ctx, api.BucketJobs)
 	if err != nil {
