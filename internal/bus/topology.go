@@ -228,13 +228,19 @@ func (t Topology) steps(js jetstream.JetStream, log *slog.Logger, raiseWait time
 // cap of the streams each server keeps a replica of. That refusal is not
 // retried.
 func (t Topology) explain(what string, err error) error {
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && apiErr.ErrorCode == 10047 { // insufficient storage resources available
+	if noStorage(err) {
 		return retry.Stop(fmt.Errorf("%s: %w: JetStream reserves each stream's and bucket's cap on every server holding a replica (%d MiB in all here); "+
 			"free disk in the data dir, or lower requests_max_bytes, commands_max_bytes, results_max_bytes, dlq_max_bytes, jobs_max_bytes or small_buckets_max_bytes",
 			what, err, t.totalMaxBytes()>>20))
 	}
 	return fmt.Errorf("%s: %w", what, err)
+}
+
+// noStorage reports JetStream's refusal to reserve a stream's cap: "insufficient
+// storage resources available" (10047).
+func noStorage(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == 10047
 }
 
 // totalMaxBytes is the sum of the caps.

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -194,5 +195,41 @@ func TestCapNeverBelowStored(t *testing.T) {
 				t.Errorf("%s: cap %d with %d messages, want %d and 8", stream, c, msgs, size)
 			}
 		}
+	}
+}
+
+// Caps that together exceed the server's JetStream storage stop the
+// topology at once (no retrying until the cluster-forming timeout) with
+// the settings to lower.
+func TestCapsThatDoNotFitSayWhatToLower(t *testing.T) {
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(),
+		JetStreamMaxStore: 64 << 20, NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	err = EnsureTopologyRetry(ctx, js, DefaultTopology(), 20*time.Second, nil)
+	if err == nil || !strings.Contains(err.Error(), "lower requests_max_bytes") || !strings.Contains(err.Error(), "stream requests") {
+		t.Fatalf("caps over the server's storage: %v, want an error naming the settings", err)
+	}
+	t.Log(err)
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("gave up after %s: a refusal for want of storage is not worth retrying", d)
 	}
 }
