@@ -256,7 +256,7 @@ func (a *Agent) finish(t *task, start time.Time, res *backends.Result, err error
 	if res != nil {
 		r.Output = a.truncate(t.scrub(res.Output), &r.Truncated)
 		r.Changed = res.Changed
-		r.Facts = res.Facts
+		r.Facts = t.scrubFacts(res.Facts)
 	}
 	if err != nil {
 		r.Status = api.StepFailed

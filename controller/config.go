@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
+	"github.com/gridfleet/terraform-provider-grid/internal/bus"
 	"github.com/gridfleet/terraform-provider-grid/internal/config"
 )
 
@@ -133,6 +134,25 @@ type Config struct {
 	// 0 sets none. GOMEMLIMIT or GOGC in the environment take precedence:
 	// with either set, the runtime's own settings are left alone.
 	MemoryLimit ByteSize `yaml:"memory_limit"`
+	// RequestsMaxBytes, CommandsMaxBytes, ResultsMaxBytes, DLQMaxBytes and
+	// JobsMaxBytes cap what the requests, commands, results and dead-letter
+	// streams and the jobs bucket hold; SmallBucketsMaxBytes caps each of
+	// the other buckets (nodes, schemas, controllers, enrollments, tokens,
+	// keys, job_secrets, rate_limits, schedules), 0 deriving it from
+	// JobsMaxBytes (a sixteenth, at least 64 MiB). JetStream reserves each
+	// cap on every server that holds a replica, so they must fit its
+	// storage. Full, the jobs bucket makes POST /job answer 507 naming
+	// jobs_max_bytes (an eighth of it is kept for running jobs' results),
+	// and the requests and dead-letter streams and the buckets refuse new
+	// writes; the commands and results streams drop their oldest messages.
+	// An existing stream holding more than its new cap keeps its old cap
+	// until it holds less (see DESIGN.md, "Streams and buckets").
+	RequestsMaxBytes     ByteSize `yaml:"requests_max_bytes"`
+	CommandsMaxBytes     ByteSize `yaml:"commands_max_bytes"`
+	ResultsMaxBytes      ByteSize `yaml:"results_max_bytes"`
+	DLQMaxBytes          ByteSize `yaml:"dlq_max_bytes"`
+	JobsMaxBytes         ByteSize `yaml:"jobs_max_bytes"`
+	SmallBucketsMaxBytes ByteSize `yaml:"small_buckets_max_bytes"`
 	// RateLimits bound how many tasks of an action start per window across
 	// the cluster (see RateLimit); every controller of a cluster should
 	// list the same ones. A job held back by a limit waits, never fails.
@@ -168,6 +188,11 @@ func DefaultConfig() Config {
 		MaxBodyBytes:         api.MaxJobFileBytes,
 		DangerousRoles:       []api.Role{api.RoleAdmin},
 		MemoryLimit:          DefaultMemoryLimit,
+		RequestsMaxBytes:     bus.DefaultRequestsMaxBytes,
+		CommandsMaxBytes:     bus.DefaultCommandsMaxBytes,
+		ResultsMaxBytes:      bus.DefaultResultsMaxBytes,
+		DLQMaxBytes:          bus.DefaultDLQMaxBytes,
+		JobsMaxBytes:         bus.DefaultJobsMaxBytes,
 	}
 }
 
@@ -258,10 +283,42 @@ func (c Config) Validate() error {
 	if err := validateRateLimits(c.RateLimits); err != nil {
 		errs = append(errs, err)
 	}
+	for _, b := range []struct {
+		name string
+		v    ByteSize
+	}{{"requests_max_bytes", c.RequestsMaxBytes}, {"commands_max_bytes", c.CommandsMaxBytes}, {"results_max_bytes", c.ResultsMaxBytes},
+		{"dlq_max_bytes", c.DLQMaxBytes}, {"jobs_max_bytes", c.JobsMaxBytes}, {"small_buckets_max_bytes", c.SmallBucketsMaxBytes}} {
+		if b.v < minStoreBytes && (b.v != 0 || b.name != "small_buckets_max_bytes") {
+			hint := ""
+			if b.name == "small_buckets_max_bytes" {
+				hint = " (or 0 to derive it from jobs_max_bytes)"
+			}
+			errs = append(errs, fmt.Errorf("%s must be at least %s, the largest message the bus carries%s, got %s", b.name, ByteSize(minStoreBytes), hint, b.v))
+		}
+	}
 	if c.MaxBodyBytes < 1024 {
 		errs = append(errs, fmt.Errorf("max_body_bytes must be at least 1024, got %d", c.MaxBodyBytes))
 	}
 	return errors.Join(errs...)
+}
+
+// minStoreBytes is the least cap a stream or bucket may have: one message
+// of the embedded server's max_payload.
+const minStoreBytes = bus.DefaultMaxPayload
+
+// smallBucketsMaxBytes is SmallBucketsMaxBytes with its derived default.
+func (c Config) smallBucketsMaxBytes() int64 {
+	if c.SmallBucketsMaxBytes > 0 {
+		return int64(c.SmallBucketsMaxBytes)
+	}
+	return bus.SmallBucketMaxBytes(int64(c.JobsMaxBytes))
+}
+
+// limits are the caps of the streams and buckets, per-message caps bounded
+// by the bus's max_payload.
+func (c Config) limits(maxPayload int64) map[string]bus.Limit {
+	return bus.Limits(maxPayload, int64(c.RequestsMaxBytes), int64(c.CommandsMaxBytes), int64(c.ResultsMaxBytes),
+		int64(c.DLQMaxBytes), int64(c.JobsMaxBytes), c.smallBucketsMaxBytes())
 }
 
 func (c Config) logger() *slog.Logger { return config.Logger(c.Logger) }

@@ -243,3 +243,44 @@ func TestConfigFileReplicas(t *testing.T) {
 		}
 	}
 }
+
+// The stream and bucket caps: read from the file with units, each at
+// least 8MiB (small_buckets_max_bytes may be 0: derived from jobs), and
+// the derived cap a sixteenth of jobs_max_bytes, at least 64MiB.
+func TestStoreCapsConfig(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(path, []byte("jobs_max_bytes: 4GiB\nresults_max_bytes: 512MiB\nsmall_buckets_max_bytes: 0\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	if err := LoadConfig(path, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.JobsMaxBytes != 4<<30 || cfg.ResultsMaxBytes != 512<<20 || cfg.CommandsMaxBytes != 1<<30 {
+		t.Errorf("read %s %s %s", cfg.JobsMaxBytes, cfg.ResultsMaxBytes, cfg.CommandsMaxBytes)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.smallBucketsMaxBytes(); got != 256<<20 {
+		t.Errorf("derived small bucket cap %d, want 256MiB", got)
+	}
+	if got := DefaultConfig().smallBucketsMaxBytes(); got != 64<<20 {
+		t.Errorf("default small bucket cap %d, want 64MiB", got)
+	}
+	for _, tc := range []struct {
+		name   string
+		mutate func(*Config)
+	}{
+		{"jobs_max_bytes", func(c *Config) { c.JobsMaxBytes = 1 << 20 }},
+		{"requests_max_bytes", func(c *Config) { c.RequestsMaxBytes = 0 }},
+		{"dlq_max_bytes", func(c *Config) { c.DLQMaxBytes = -1 }},
+		{"small_buckets_max_bytes", func(c *Config) { c.SmallBucketsMaxBytes = 1 << 20 }},
+	} {
+		cfg := DefaultConfig()
+		tc.mutate(&cfg)
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), tc.name) {
+			t.Errorf("%s too small: %v", tc.name, err)
+		}
+	}
+}

@@ -107,6 +107,9 @@ type Controller struct {
 
 	// replicas is the count streams and buckets are created and raised to.
 	replicas int
+	// topo is the topology the streams and buckets were set up with (the
+	// dead-letter stream is made again from it if it is gone).
+	topo bus.Topology
 
 	metrics  *metrics
 	pending  pendingEstimate
@@ -316,6 +319,8 @@ func (c *Controller) setupNATS(_ context.Context, s *startup) error {
 func (c *Controller) setupTopology(ctx context.Context, _ *startup) error {
 	topo := bus.DefaultTopology()
 	topo.Replicas, topo.NeverLower = c.cfg.replicas()
+	topo.Limits = c.cfg.limits(c.nc.MaxPayload())
+	c.topo = topo
 	c.replicas = topo.Replicas
 	c.logReplicas(topo.Replicas, topo.NeverLower)
 	if err := bus.EnsureTopologyRetry(ctx, c.js, topo, bus.ClusterFormTimeout, c.log); err != nil {
@@ -325,7 +330,7 @@ func (c *Controller) setupTopology(ctx context.Context, _ *startup) error {
 	if err != nil {
 		return err
 	}
-	c.jobs = &jobStore{kv: jobsKV}
+	c.jobs = newJobStore(jobsKV, "jobs_max_bytes")
 	c.jobIdx = newJobIndex()
 	keysKV, err := c.js.KeyValue(ctx, api.BucketKeys)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
+	"github.com/gridfleet/terraform-provider-grid/internal/bus"
 )
 
 // Headers a dead letter carries besides the request's own.
@@ -22,14 +23,20 @@ const (
 	dlqDeliveriesHeader = "Grid-Dead-Letter-Deliveries"
 )
 
-// ensureDLQ creates (or finds) the dead-letter stream. It is a Limits
-// stream: a dead letter stays until replayed or dropped.
+// ensureDLQ finds the dead-letter stream, making it again (with the
+// topology's caps) if it is gone. It is a Limits stream that refuses new
+// dead letters when full (dlq_max_bytes): a dead letter stays until
+// replayed or dropped, and one that cannot be stored leaves its request
+// queued.
 func (c *Controller) ensureDLQ(ctx context.Context) (jetstream.Stream, error) {
-	return c.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name: api.StreamDeadLetters, Subjects: []string{"dlq.>"}, Retention: jetstream.LimitsPolicy,
-		Replicas: c.cfg.Replicas, Storage: jetstream.FileStorage,
-		Description: "job requests no controller could claim after max_deliveries deliveries",
-	})
+	s, err := c.js.Stream(ctx, api.StreamDeadLetters)
+	if !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return s, err
+	}
+	if err := bus.EnsureStream(ctx, c.js, c.topo, api.StreamDeadLetters); err != nil {
+		return nil, err
+	}
+	return c.js.Stream(ctx, api.StreamDeadLetters)
 }
 
 // crashedClaim says why a request must not be tried again before the claim

@@ -26,8 +26,9 @@ var (
 	// errQueueFull: admission control (max_pending) refuses more jobs for
 	// now.
 	errQueueFull = errors.New("job queue full")
-	// errStorageFull: the jobs bucket has no room for the job.
-	errStorageFull = errors.New("job storage full")
+	// errStorageFull: a stream or bucket the job needs (jobs, requests,
+	// job_secrets) has no room for it.
+	errStorageFull = errors.New("insufficient storage")
 	// errUnavailable: the store or the queue did not answer, or the
 	// controller is stopping; the same job may be made later.
 	errUnavailable = errors.New("unavailable")
@@ -82,6 +83,10 @@ func finalRefusal(err error) bool {
 // storeError classifies a failed write of a new job: a bucket that is out
 // of room is errStorageFull, anything else errUnavailable.
 func storeError(err error) error {
+	if errors.Is(err, errStorageFull) {
+		// It names the bucket and the setting to raise already.
+		return refuse(errStorageFull, err)
+	}
 	if storageFull(err) {
 		return refuse(errStorageFull, fmt.Errorf("store job: the jobs bucket is full (%w); delete finished jobs or lower job_retention", err))
 	}
@@ -91,6 +96,9 @@ func storeError(err error) error {
 // storageFull reports whether a write was refused for lack of room: the
 // bucket's max_bytes or the server's JetStream storage.
 func storageFull(err error) bool {
+	if errors.Is(err, errStorageFull) || isMaxBytes(err) {
+		return true
+	}
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) && apiErr.ErrorCode == jsInsufficientResources {
 		return true

@@ -96,6 +96,9 @@ func (c *Controller) storeSecrets(ctx context.Context, id string, sec stepSecret
 		return err
 	}
 	if _, err := c.secretsKV.Put(ctx, id, c.box.Seal(b, []byte(id))); err != nil {
+		if isMaxBytes(err) {
+			err = &storageFullError{bucket: api.BucketJobSecrets, setting: "small_buckets_max_bytes", err: err}
+		}
 		return fmt.Errorf("store sensitive params: %w", err)
 	}
 	return nil

@@ -131,3 +131,50 @@ func TestSensitiveParamNeverInClear(t *testing.T) {
 		t.Errorf("literal %q: %v, want a 400 naming the param", api.SensitiveValue, err)
 	}
 }
+
+// TestSensitiveParamScrubbedFromFacts: a backend whose facts echo a
+// sensitive param (as a value, nested in a list, and as a key) reports
+// them with "(sensitive)" in its place; the job stored in the jobs bucket
+// and the API's answer hold the mask, never the value.
+func TestSensitiveParamScrubbedFromFacts(t *testing.T) {
+	f := fleettest.Start(t, fleet.Options{Agents: 1})
+	secret := "facts-" + strings.Repeat("t0p", 5)
+	j := submitWait(t, f, "target: {scope: all}\ntasks: [{backend: test, action: secret, params: {value: \""+secret+"\"}}]")
+	if j.Status != api.JobCompleted {
+		t.Fatalf("job %s: %s", j.Status, j.Error)
+	}
+	facts := j.Results.Node(0, "node-1").Facts
+	if facts == nil {
+		t.Fatal("the step reported no facts")
+	}
+	if facts["value"] != api.SensitiveValue {
+		t.Errorf("facts.value = %v, want %q", facts["value"], api.SensitiveValue)
+	}
+	if _, ok := facts[api.SensitiveValue]; !ok {
+		t.Errorf("the key that was the value is not masked: %v", facts)
+	}
+	js := fleettest.JetStream(t, f)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	kv, err := js.KeyValue(ctx, api.BucketJobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := kv.Get(ctx, j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored := string(e.Value())
+	if strings.Contains(stored, secret) {
+		t.Errorf("the stored job holds the value in clear: %s", stored)
+	}
+	for _, want := range []string{`"value":"` + api.SensitiveValue + `"`, `"the value is ` + api.SensitiveValue + `"`,
+		`"` + api.SensitiveValue + `":"the value as a key"`} {
+		if !strings.Contains(stored, want) {
+			t.Errorf("the stored job's facts lack %s: %s", want, stored)
+		}
+	}
+	if body := sensitiveGet(t, f, f.APIURL()+"/job/"+j.ID, f.AdminToken()); strings.Contains(body, secret) {
+		t.Errorf("GET /job holds the value in clear")
+	}
+}

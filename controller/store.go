@@ -16,6 +16,15 @@ import (
 // compare-and-swap on the revision the writer last saw.
 type jobStore struct {
 	kv jetstream.KeyValue
+	// room refuses new jobs when the bucket is nearly full (nil: only
+	// JetStream's own cap applies).
+	room *room
+}
+
+// newJobStore returns the store of the jobs bucket, whose cap is raised by
+// setting.
+func newJobStore(kv jetstream.KeyValue, setting string) *jobStore {
+	return &jobStore{kv: kv, room: &room{kv: kv, bucket: kv.Bucket(), setting: setting}}
 }
 
 var errConflict = errors.New("job changed concurrently")
@@ -65,8 +74,14 @@ func (s *jobStore) create(ctx context.Context, j *api.Job) (uint64, []byte, erro
 	if err != nil {
 		return 0, nil, err
 	}
+	if err := s.room.check(ctx, len(b)); err != nil {
+		return 0, nil, fmt.Errorf("store job %s: %w", j.ID, err)
+	}
 	rev, err := s.kv.Create(ctx, j.ID, b)
 	if err != nil {
+		if isMaxBytes(err) && s.room != nil {
+			err = &storageFullError{bucket: s.room.bucket, setting: s.room.setting, hint: jobsRoomHint, err: err}
+		}
 		return 0, nil, fmt.Errorf("store job %s: %w", j.ID, err)
 	}
 	return rev, b, nil

@@ -138,6 +138,9 @@ func (c *Controller) submit(ctx context.Context, job *api.Job, by principal) (*a
 			j.Status, j.Error = api.JobFailed, "could not queue the job: "+err.Error()
 			return true
 		})
+		if isMaxBytes(err) {
+			return nil, refuse(errStorageFull, &storageFullError{bucket: api.StreamRequests, setting: "requests_max_bytes", err: err})
+		}
 		return nil, refuse(errUnavailable, fmt.Errorf("queue job: %w", err))
 	}
 	c.metrics.jobsSubmitted.Inc()

@@ -34,7 +34,7 @@ func (*Backend) Schema() api.BackendSchema {
 				Params: []api.ParamSchema{{Name: "message", Type: api.TypeString, Default: "failed on purpose", Description: "Error to report."}}},
 			{Name: "flaky", Description: "Fail with the given probability.", ReadOnly: true, Idempotent: true, CheckMode: true,
 				Params: []api.ParamSchema{{Name: "rate", Type: api.TypeInt, Required: true, Pattern: `^(100|[1-9]?[0-9])$`, Description: "Failure probability in percent (0-100)."}}},
-			{Name: "secret", Description: "Report the sha256 of a sensitive value (and echo the value, which the agent hides), for trying sensitive params.", ReadOnly: true, Idempotent: true, CheckMode: true,
+			{Name: "secret", Description: "Report the sha256 of a sensitive value (and echo the value in the output and facts, where the agent hides it), for trying sensitive params.", ReadOnly: true, Idempotent: true, CheckMode: true,
 				Params: []api.ParamSchema{{Name: "value", Type: api.TypeString, Required: true, Sensitive: true, Description: "A secret."}}},
 			{Name: "output", Description: "Succeed with an output of the given size, for trying output limits.", ReadOnly: true, Idempotent: true, CheckMode: true,
 				Params: []api.ParamSchema{{Name: "bytes", Type: api.TypeInt, Required: true, Pattern: `^[0-9]{1,8}$`, Description: "Output size in bytes (at most 99,999,999)."}}},
@@ -59,8 +59,14 @@ func (*Backend) Run(_ context.Context, req *backends.Request) (*backends.Result,
 		}
 		return &backends.Result{Output: "lucky"}, nil
 	case "secret":
-		sum := sha256.Sum256([]byte(req.Params["value"]))
-		return &backends.Result{Output: "sha256 " + hex.EncodeToString(sum[:]) + " of " + req.Params["value"]}, nil
+		v := req.Params["value"]
+		h := sha256.Sum256([]byte(v))
+		sum := hex.EncodeToString(h[:])
+		// The facts echo the value too, as a value, nested, and as a key:
+		// the agent hides it everywhere in them as in the output.
+		return &backends.Result{Output: "sha256 " + sum + " of " + v, Facts: map[string]any{
+			"sha256": sum, "value": v, "echo": map[string]any{"list": []any{v, "the value is " + v}}, v: "the value as a key",
+		}}, nil
 	case "output":
 		n, err := strconv.Atoi(req.Params["bytes"])
 		if err != nil {

@@ -56,6 +56,9 @@ func EnsureTopologyRetry(ctx context.Context, js jetstream.JetStream, t Topology
 			}
 			return err
 		})
+		if noStorage(err) {
+			return err // not a cluster still forming: explain says what to do
+		}
 		if err != nil {
 			return fmt.Errorf("JetStream not ready after %s (with replicas %d, at least %d servers of the cluster must be up and routed to each other): %w",
 				time.Since(start).Round(time.Second), t.Replicas, t.Replicas, err)
