@@ -4,6 +4,9 @@
 package bus
 
 import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -36,6 +39,21 @@ func Connect(name string, urls []string, log *slog.Logger, extra ...nats.Option)
 		}),
 		nats.ReconnectHandler(func(c *nats.Conn) {
 			log.Info("NATS reconnected", "url", c.ConnectedUrlRedacted())
+		}),
+		// A first connection that fails is reported here (it keeps being
+		// retried). A certificate the client does not trust is a setting
+		// to fix, not a server to wait for: say so, and which one.
+		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err == nil {
+				return
+			}
+			if TLSTrustError(err) {
+				log.Error("NATS TLS failed: this client does not trust the server's certificate. "+
+					"Give it the CA that signed it: for an agent --ca-file (ca_file in its config) with the controller's DATA_DIR/ca.pem; "+
+					"for a controller on an external NATS, nats_ca_file", "err", err)
+				return
+			}
+			log.Warn("NATS connect failed; retrying", "err", err)
 		}),
 	}
 	opts = append(opts, extra...)
@@ -71,4 +89,21 @@ func CredentialOptions(creds, caFile string) ([]nats.Option, error) {
 		opts = append(opts, nats.RootCAs(caFile))
 	}
 	return opts, nil
+}
+
+// TLSTrustError reports whether a connection failed because the client
+// could not verify the server's certificate (or spoke plain text to a
+// server that requires TLS).
+func TLSTrustError(err error) bool {
+	var unknown x509.UnknownAuthorityError
+	var verify *tls.CertificateVerificationError
+	var invalid x509.CertificateInvalidError
+	var host x509.HostnameError
+	switch {
+	case errors.As(err, &unknown), errors.As(err, &verify), errors.As(err, &invalid), errors.As(err, &host):
+		return true
+	case errors.Is(err, nats.ErrSecureConnRequired):
+		return true
+	}
+	return strings.Contains(err.Error(), "x509: ")
 }
