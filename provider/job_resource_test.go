@@ -52,7 +52,7 @@ func TestTasksRoundTrip(t *testing.T) {
 	if diags.HasError() {
 		t.Fatal(diags)
 	}
-	tree, diags := readTasks(ctx, l, path.Root("tasks"), "tasks", false)
+	tree, diags := readTasks(ctx, l, path.Root("tasks"), "tasks")
 	if diags.HasError() {
 		t.Fatal(diags)
 	}
@@ -70,7 +70,7 @@ func TestTasksRoundTrip(t *testing.T) {
 	}
 	// Unknown values make the tree unknown without failing.
 	unknown := types.ListUnknown(taskObjectType)
-	tree, diags = readTasks(ctx, unknown, path.Root("tasks"), "tasks", false)
+	tree, diags = readTasks(ctx, unknown, path.Root("tasks"), "tasks")
 	if diags.HasError() || tree.Known {
 		t.Errorf("unknown list: known %v diags %v", tree.Known, diags)
 	}
