@@ -346,7 +346,7 @@ func TestReadmeJobsAreValid(t *testing.T) {
 			continue
 		}
 		if err := validateJobAt(cat, spec, b.lines, b.line); err != nil {
-			t.Errorf("%v (no built-in backend offers this)", err)
+			t.Errorf("%v (checked against the actions of every built-in backend)", err)
 		}
 		if name, ok := strings.CutPrefix(strings.TrimSpace(b.lines[0]), "# "); ok && strings.HasPrefix(name, "examples/") {
 			data, err := os.ReadFile(filepath.Join(filepath.Dir(readmePath), name))
@@ -473,7 +473,7 @@ func checkGridCommand(t *testing.T, c readmeGridCommand, capture *jobCapture, ca
 	}
 	j := jobs[0].Job()
 	if err := cat.ValidateJob(j); err != nil {
-		return fmt.Errorf("the job it submits: %w (no built-in backend offers this)", err)
+		return fmt.Errorf("the job it submits: %w (checked against the actions of every built-in backend)", err)
 	}
 	return nil
 }
@@ -577,4 +577,52 @@ func TestReadmeCheckRefusesWrongCommands(t *testing.T) {
 	if !errors.As(err, &ve) || !strings.HasPrefix(err.Error(), readmeFile+":22: ") {
 		t.Errorf("the error of a bad task does not name its line: %v", err)
 	}
+}
+
+// readmeQuickStart is the README's quick start: its grid dev command, the
+// names its export line sets (as grid dev prints it), and the client
+// commands run after it, in order.
+type readmeQuickStart struct {
+	dev        readmeGridCommand
+	exportVars []string
+	clients    []readmeGridCommand
+}
+
+const quickStartSection = "Quick start"
+
+func quickStartFromReadme(t *testing.T) readmeQuickStart {
+	t.Helper()
+	var qs readmeQuickStart
+	for _, b := range readmeBlocks(t) {
+		if b.lang != "sh" || b.section != quickStartSection {
+			continue
+		}
+		cmds, err := shellCommands(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range cmds {
+			if c.words[0].s == "export" {
+				for _, w := range c.words[1:] {
+					if name, _, ok := strings.Cut(w.s[:w.lit], "="); ok {
+						qs.exportVars = append(qs.exportVars, name)
+					}
+				}
+			}
+		}
+	}
+	for _, c := range readmeGridCommands(t, quickStartSection) {
+		switch {
+		case c.args[0] == "dev" && qs.dev.args == nil:
+			qs.dev = c
+		case qs.dev.args == nil:
+			t.Fatalf("%v: the quick start runs a client command before grid dev", c)
+		default:
+			qs.clients = append(qs.clients, c)
+		}
+	}
+	if qs.dev.args == nil || len(qs.clients) == 0 {
+		t.Fatalf("%s: no grid dev and client commands found in the quick start", readmeFile)
+	}
+	return qs
 }
