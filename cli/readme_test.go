@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -571,6 +572,22 @@ func TestReadmeCheckRefusesWrongCommands(t *testing.T) {
 	if err := checkGridCommand(t, readmeGridCommand{line: 1, args: []string{"job", "run", "--target", "all", "systemd", "stop", "--unit", "x"}}, capture, cat); err != nil {
 		t.Errorf("a dangerous built-in action is refused: %v", err)
 	}
+	for _, span := range []string{"nodes", "node lst", "job list --bogus N", "job run -z", "node list --pending --cursr C"} {
+		for _, args := range inlineAlternatives(strings.Fields(span)) {
+			if err := checkInlineCommand(args); err == nil {
+				t.Errorf("inline `grid %s`: accepted", span)
+			}
+		}
+	}
+	alts := inlineAlternatives(strings.Fields("job dlq list|replay JOB|drop JOB"))
+	if want := [][]string{{"job", "dlq", "list"}, {"job", "dlq", "replay", "JOB"}, {"job", "dlq", "drop", "JOB"}}; !reflect.DeepEqual(alts, want) {
+		t.Errorf("alternatives %q, want %q", alts, want)
+	}
+	for _, args := range append(alts, []string{"job", "run", "--max-concurrency/--max-errors", "-f", "FILE", "[--PARAM", "VALUE]…"}) {
+		if err := checkInlineCommand(args); err != nil {
+			t.Errorf("inline %q: %v", args, err)
+		}
+	}
 	var ve *api.ValidationError
 	spec := &api.JobSpec{Target: api.Target{Scope: api.ScopeAll}, Tasks: []api.Phase{{Backend: "ping", Action: "echo"}, {Backend: "net", Action: "http_check"}}}
 	err := validateJobAt(cat, spec, []string{"tasks:", "  - {backend: ping, action: echo}", "  - {backend: net, action: http_check}"}, 20)
@@ -625,4 +642,113 @@ func quickStartFromReadme(t *testing.T) readmeQuickStart {
 		t.Fatalf("%s: no grid dev and client commands found in the quick start", readmeFile)
 	}
 	return qs
+}
+
+// readmeProse is the README without its fenced blocks (their lines left
+// empty, so offsets keep their line numbers).
+func readmeProse(t *testing.T) string {
+	t.Helper()
+	data, err := os.ReadFile(readmePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(data), "\n")
+	in := false
+	for i, l := range lines {
+		fence := strings.HasPrefix(l, "```") || (in && strings.TrimSpace(l) == "```")
+		if in || fence {
+			lines[i] = ""
+		}
+		if fence {
+			in = !in
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
+var inlineGridRE = regexp.MustCompile("`(grid\\s+[a-z][^`]*)`")
+
+// The grid commands the README's text and tables name in `code` (`grid
+// node list --pending`, `grid job dlq list|replay JOB|drop JOB`) exist,
+// with the flags they are written with; upper-case words are
+// placeholders.
+func TestReadmeInlineCommandsExist(t *testing.T) {
+	prose := readmeProse(t)
+	spans := inlineGridRE.FindAllStringSubmatchIndex(prose, -1)
+	if len(spans) < 20 {
+		t.Fatalf("found %d inline grid commands in the README; the extraction is broken", len(spans))
+	}
+	for _, m := range spans {
+		line := strings.Count(prose[:m[0]], "\n") + 1
+		span := strings.ReplaceAll(prose[m[2]:m[3]], `\|`, "|")
+		for _, args := range inlineAlternatives(strings.Fields(span)[1:]) {
+			if err := checkInlineCommand(args); err != nil {
+				t.Errorf("%s:%d: `%s`: %v", readmeFile, line, span, err)
+			}
+		}
+	}
+}
+
+// inlineAlternatives expands "a|b X|c X" written among a command's words
+// (before any flag) into one word list per alternative.
+func inlineAlternatives(words []string) [][]string {
+	for i, w := range words {
+		if strings.HasPrefix(w, "-") || strings.HasPrefix(w, "[") {
+			break
+		}
+		if strings.Contains(w, "|") {
+			var out [][]string
+			for _, alt := range strings.Split(strings.Join(words[i:], " "), "|") {
+				out = append(out, append(slices.Clone(words[:i]), strings.Fields(alt)...))
+			}
+			return out
+		}
+	}
+	return [][]string{words}
+}
+
+// checkInlineCommand checks that the command the words name exists and
+// has every flag they name.
+func checkInlineCommand(words []string) error {
+	root := NewRootCommand("test", io.Discard, io.Discard)
+	var path, flags []string
+	for _, w := range words {
+		w = strings.Trim(w, "[]…,")
+		if strings.HasPrefix(w, "-") {
+			flags = append(flags, strings.Split(w, "/")...)
+			continue
+		}
+		if len(flags) == 0 {
+			path = append(path, w)
+		}
+	}
+	cmd, rest, err := root.Find(path)
+	if err != nil {
+		return err
+	}
+	if cmd == root {
+		return fmt.Errorf("names no grid command")
+	}
+	if cmd.HasSubCommands() && len(rest) > 0 {
+		return fmt.Errorf("%q has no command %q", cmd.CommandPath(), rest[0])
+	}
+	cmd.InitDefaultHelpFlag()
+	for _, f := range flags {
+		name, _, _ := strings.Cut(strings.TrimLeft(f, "-"), "=")
+		switch {
+		case name == "" || strings.ToLower(name) != name:
+			// A placeholder (--PARAM).
+		case strings.HasPrefix(f, "--"):
+			if cmd.Flag(name) == nil {
+				return fmt.Errorf("%q has no flag --%s", cmd.CommandPath(), name)
+			}
+		case len(name) == 1:
+			if cmd.Flags().ShorthandLookup(name) == nil && cmd.InheritedFlags().ShorthandLookup(name) == nil {
+				return fmt.Errorf("%q has no flag -%s", cmd.CommandPath(), name)
+			}
+		default:
+			return fmt.Errorf("flag %q: want --name or -n", f)
+		}
+	}
+	return nil
 }
