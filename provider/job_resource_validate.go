@@ -279,8 +279,15 @@ func (r *jobResource) validateOnTargeted(ctx context.Context, nodes []api.NodeIn
 		}
 		byDigest[d] = append(byDigest[d], id)
 	}
-	bad := map[int][]string{} // leaf → nodes that cannot run it
-	why := map[int]error{}
+	// Per leaf, the nodes that do not offer its action (no such backend or
+	// action, or their allow list refuses it), and the nodes that offer it
+	// but refuse the task (their schema of the action differs from the
+	// fleet's: another agent version), each with the first reason.
+	type refusal struct {
+		nodes []string
+		why   error
+	}
+	notOffered, refused := map[int]*refusal{}, map[int]*refusal{}
 	for _, d := range order {
 		group := byDigest[d]
 		info, err := r.client.GetNode(ctx, group[0])
@@ -292,24 +299,38 @@ func (r *jobResource) validateOnTargeted(ctx context.Context, nodes []api.NodeIn
 			if !leaf.Known {
 				continue
 			}
-			if err := cat.ValidateTask(leaf.Field, leaf.Task, checkMode); err != nil {
-				bad[i] = append(bad[i], group...)
-				if why[i] == nil {
-					why[i] = err
-				}
+			err := cat.ValidateTask(leaf.Field, leaf.Task, checkMode)
+			if err == nil {
+				continue
 			}
+			m := refused
+			var ve *api.ValidationError
+			if errors.As(err, &ve) && (ve.Field == leaf.Field+".backend" || ve.Field == leaf.Field+".action") {
+				m = notOffered
+			}
+			if m[i] == nil {
+				m[i] = &refusal{why: err}
+			}
+			m[i].nodes = append(m[i].nodes, group...)
 		}
 	}
 	for i, leaf := range leaves {
-		if len(bad[i]) == 0 {
-			continue
+		if ref := notOffered[i]; ref != nil {
+			sort.Strings(ref.nodes)
+			_, msg := leafErrorPath(leaf, ref.why)
+			diags.AddAttributeError(leaf.Path, "Task Not Offered By Targeted Nodes",
+				fmt.Sprintf("%s: %d targeted node(s) cannot run %s: %s (%s).\n\nNarrow the target to nodes that offer the action, "+
+					"or enable it on those agents (their backends and allow list); `grid node info ID` shows what a node offers.",
+					leaf.Field, len(ref.nodes), leaf.Task.Name(), strings.Join(ref.nodes, ", "), msg))
 		}
-		sort.Strings(bad[i])
-		_, msg := leafErrorPath(leaf, why[i])
-		diags.AddAttributeError(leaf.Path, "Task Not Offered By Targeted Nodes",
-			fmt.Sprintf("%s: %d targeted node(s) cannot run %s: %s (%s).\n\nNarrow the target to nodes that offer the action, "+
-				"or enable it on those agents (their backends and allow list); `grid node info ID` shows what a node offers.",
-				leaf.Field, len(bad[i]), leaf.Task.Name(), strings.Join(bad[i], ", "), msg))
+		if ref := refused[i]; ref != nil {
+			sort.Strings(ref.nodes)
+			p, msg := leafErrorPath(leaf, ref.why)
+			diags.AddAttributeError(p, "Task Refused By Targeted Nodes",
+				fmt.Sprintf("%s: %d targeted node(s) offer %s but refuse this task: %s (%s).\n\nTheir schema of the action differs from "+
+					"the fleet's (another agent version?); `grid node info ID` shows what a node takes.",
+					leaf.Field, len(ref.nodes), leaf.Task.Name(), strings.Join(ref.nodes, ", "), msg))
+		}
 	}
 }
 
