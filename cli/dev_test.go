@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -66,13 +67,15 @@ func fakeApt(t *testing.T) (binDir, dir string) {
 	return binDir, dir
 }
 
-// TestDevFleetEndToEnd runs "grid dev" and drives it with the client
-// commands, as the README's quick start does: the export line it prints
-// is all a client needs.
+// TestDevFleetEndToEnd runs the README's quick start as written: its
+// "grid dev" (on a free port), then its client commands with what the
+// export line grid dev prints sets, which is all a client needs; then
+// more client commands against the same fleet.
 func TestDevFleetEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a fleet")
 	}
+	qs := quickStartFromReadme(t)
 	// apt-get and dpkg-query on PATH are fakes that log every call, so the
 	// test sees whether grid dev would have changed the host.
 	aptBin, aptDir := fakeApt(t)
@@ -87,15 +90,22 @@ func TestDevFleetEndToEnd(t *testing.T) {
 	var devOut, devErr syncBuffer
 	done := make(chan int, 1)
 	go func() {
-		done <- run(ctx, "test", []string{"dev", "--agents", "2", "--api-addr", "127.0.0.1:0"}, &devOut, &devErr)
+		done <- run(ctx, "test", append(slices.Clone(qs.dev.args), "--api-addr", "127.0.0.1:0"), &devOut, &devErr)
 	}()
 
-	exportRE := regexp.MustCompile(`export GRID_ADDR=(https://\S+) GRID_TOKEN=(\S+) GRID_CACERT=(\S+)`)
-	var addr, tok, caFile string
+	// The line grid dev prints sets what the README's export line sets.
+	exportPattern := "export"
+	for _, name := range qs.exportVars {
+		exportPattern += " " + regexp.QuoteMeta(name) + `=(\S+)`
+	}
+	exportRE := regexp.MustCompile(exportPattern)
+	exported := map[string]string{}
 	deadline := time.Now().Add(30 * time.Second)
-	for addr == "" {
+	for len(exported) == 0 {
 		if m := exportRE.FindStringSubmatch(devOut.String()); m != nil {
-			addr, tok, caFile = m[1], m[2], m[3]
+			for i, name := range qs.exportVars {
+				exported[name] = m[i+1]
+			}
 			break
 		}
 		select {
@@ -104,8 +114,12 @@ func TestDevFleetEndToEnd(t *testing.T) {
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("grid dev printed no export line: %q %q", devOut.String(), devErr.String())
+			t.Fatalf("grid dev printed no export line like %s:%d's (%s): %q %q", readmeFile, qs.dev.line, exportRE, devOut.String(), devErr.String())
 		}
+	}
+	addr, tok, caFile := exported["GRID_ADDR"], exported["GRID_TOKEN"], exported["GRID_CACERT"]
+	if !strings.HasPrefix(addr, "https://") || tok == "" || caFile == "" {
+		t.Fatalf("the export line grid dev printed lacks GRID_ADDR, GRID_TOKEN or GRID_CACERT: %v", exported)
 	}
 
 	// The dashboard's address is printed, and it serves the dashboard to
@@ -133,18 +147,40 @@ func TestDevFleetEndToEnd(t *testing.T) {
 	if code != ExitFailed || !strings.Contains(errOut, "401") || !strings.Contains(errOut, "GRID_TOKEN") {
 		t.Fatalf("node list without a token: code %d err %q", code, errOut)
 	}
-	t.Setenv("GRID_ADDR", addr)
-	t.Setenv("GRID_TOKEN", tok)
+	for name, v := range exported {
+		t.Setenv(name, v)
+	}
 
-	code, out, errOut := runCLI(t, "node", "list")
-	if code != ExitOK || !strings.Contains(out, "node-1") || !strings.Contains(out, "node-2") {
-		t.Fatalf("node list: code %d out %q err %q", code, out, errOut)
+	// The quick start's commands, from the repository's root as the
+	// README runs them.
+	t.Chdir(filepath.Dir(readmePath))
+	jobs := 0
+	for _, c := range qs.clients {
+		code, out, errOut := runCLI(t, c.args...)
+		if code != ExitOK {
+			t.Fatalf("%v: code %d out %q err %q", c, code, out, errOut)
+		}
+		switch {
+		case c.args[0] == "node" && c.args[1] == "list":
+			if !strings.Contains(out, "node-1") || !strings.Contains(out, "node-2") {
+				t.Errorf("%v: %q", c, out)
+			}
+		case c.args[0] == "backends" && len(c.args) > 1:
+			if !strings.Contains(out, c.args[1]) {
+				t.Errorf("%v: %q", c, out)
+			}
+		case c.args[0] == "job" && c.args[1] == "run":
+			jobs++
+			if slices.Contains(c.args, "--wait") && !strings.Contains(out, "completed") {
+				t.Errorf("%v: %q", c, out)
+			}
+			if i := slices.Index(c.args, "--message"); i > 0 && i+1 < len(c.args) && !strings.Contains(out, c.args[i+1]) {
+				t.Errorf("%v: the output lacks the message: %q", c, out)
+			}
+		}
 	}
-	code, out, errOut = runCLI(t, "job", "run", "--target", "group:web", "ping", "echo", "--message", "hi", "--wait")
-	if code != ExitOK || !strings.Contains(out, "completed") || !strings.Contains(out, "hi") {
-		t.Fatalf("job run: code %d out %q err %q", code, out, errOut)
-	}
-	code, out, errOut = runCLI(t, "job", "run", "-f", "../examples/jobs/fail-fast-rollback.yaml", "--wait")
+
+	code, out, errOut := runCLI(t, "job", "run", "-f", "examples/jobs/fail-fast-rollback.yaml", "--wait")
 	if code != ExitFailed || !strings.Contains(out, "skipped") || !strings.Contains(out, "rolled back") {
 		t.Fatalf("fail-fast job: code %d out %q err %q", code, out, errOut)
 	}
@@ -152,12 +188,9 @@ func TestDevFleetEndToEnd(t *testing.T) {
 	if code != ExitUsage {
 		t.Fatalf("unknown param: code %d err %q", code, errOut)
 	}
-	code, out, errOut = runCLI(t, "backends", "ping")
-	if code != ExitOK || !strings.Contains(out, "--duration") {
-		t.Fatalf("backends ping: code %d out %q err %q", code, out, errOut)
-	}
+	jobs++
 	code, out, _ = runCLI(t, "-o", "json", "job", "list")
-	if code != ExitOK || strings.Count(out, `"id"`) != 2 {
+	if code != ExitOK || strings.Count(out, `"id"`) != jobs {
 		t.Fatalf("job list: code %d out %q", code, out)
 	}
 

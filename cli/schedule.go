@@ -43,11 +43,11 @@ func newScheduleCreateCommand(g *globals, update bool) *cobra.Command {
 takes. It keeps its name, its counters and its paused state (unless
 --paused is given); a new cron expression or time zone counts from now.`
 	}
-	example := `  grid schedule create nightly-update --cron '0 3 * * *' --time-zone Europe/Berlin -f update.yaml
+	example := `  grid schedule create nightly-update --cron '0 3 * * *' --time-zone Europe/Berlin -f examples/jobs/nightly-update.yaml
   grid schedule create ping-all --cron '@every 5m' --target all ping echo --message alive
   grid schedule create weekdays --cron '30 9 * * 1-5' --time-zone America/New_York --overlap allow -f report.yaml`
 	if update {
-		example = `  grid schedule update nightly-update --cron '0 4 * * *' --time-zone Europe/Berlin -f update.yaml`
+		example = `  grid schedule update nightly-update --cron '0 4 * * *' --time-zone Europe/Berlin -f examples/jobs/nightly-update.yaml`
 	}
 	cmd := &cobra.Command{
 		Use:   verb + " NAME --cron EXPR (-f FILE | --target TARGET BACKEND ACTION [--PARAM VALUE]...)",

@@ -61,7 +61,8 @@ type targetModel struct {
 }
 
 // taskModel maps one element of tasks: a leaf (backend/action) or a branch
-// (nested tasks, a per-node pipeline).
+// (nested tasks, a per-node pipeline). An element of a nested tasks list
+// has the leaf attributes only; taskFromObject reads both.
 type taskModel struct {
 	Backend types.String `tfsdk:"backend"`
 	Action  types.String `tfsdk:"action"`
@@ -78,21 +79,28 @@ type taskModel struct {
 	MaxErrors      types.String `tfsdk:"max_errors"`
 }
 
-// leafModel maps one element of a nested tasks list.
-type leafModel struct {
-	Backend         types.String `tfsdk:"backend"`
-	Action          types.String `tfsdk:"action"`
-	Params          types.Map    `tfsdk:"params"`
-	SensitiveParams types.Map    `tfsdk:"sensitive_params"`
-	Timeout         types.String `tfsdk:"timeout"`
-	MaxRetries      types.Int64  `tfsdk:"max_retries"`
-	Condition       types.String `tfsdk:"condition"`
-}
-
-func (l leafModel) task() taskModel {
-	return taskModel{Backend: l.Backend, Action: l.Action, Params: l.Params, SensitiveParams: l.SensitiveParams, Timeout: l.Timeout,
-		MaxRetries: l.MaxRetries, Condition: l.Condition, Tasks: types.ListNull(leafObjectType),
-		MaxConcurrency: types.StringNull(), MaxErrors: types.StringNull()}
+// taskFromObject reads an element of a tasks list, top-level or nested. A
+// nested element's object lacks the attributes only top-level tasks have
+// (tasks, max_concurrency, max_errors): they read as null.
+func taskFromObject(ctx context.Context, obj types.Object) (taskModel, diag.Diagnostics) {
+	var diags diag.Diagnostics
+	if attrs := obj.Attributes(); len(attrs) < len(taskAttrTypes) {
+		full := map[string]attr.Value{
+			"tasks":           types.ListNull(leafObjectType),
+			"max_concurrency": types.StringNull(),
+			"max_errors":      types.StringNull(),
+		}
+		for name, v := range attrs {
+			full[name] = v
+		}
+		obj, diags = types.ObjectValue(taskAttrTypes, full)
+		if diags.HasError() {
+			return taskModel{}, diags
+		}
+	}
+	var tm taskModel
+	diags.Append(obj.As(ctx, &tm, basetypes.ObjectAsOptions{})...)
+	return tm, diags
 }
 
 // specLeaf is one leaf of a configured task tree.
@@ -116,9 +124,9 @@ type taskTree struct {
 	Known bool
 }
 
-// readTasks reads a tasks list (top level, or nested when nested is true).
+// readTasks reads a tasks list, top-level or nested.
 // root is the list's attribute path, field its api name.
-func readTasks(ctx context.Context, l types.List, root path.Path, field string, nested bool) (taskTree, diag.Diagnostics) {
+func readTasks(ctx context.Context, l types.List, root path.Path, field string) (taskTree, diag.Diagnostics) {
 	var diags diag.Diagnostics
 	tree := taskTree{Known: true}
 	if l.IsUnknown() {
@@ -139,14 +147,8 @@ func readTasks(ctx context.Context, l types.List, root path.Path, field string, 
 		if obj.IsNull() {
 			continue
 		}
-		var tm taskModel
-		if nested {
-			var lm leafModel
-			diags.Append(obj.As(ctx, &lm, basetypes.ObjectAsOptions{})...)
-			tm = lm.task()
-		} else {
-			diags.Append(obj.As(ctx, &tm, basetypes.ObjectAsOptions{})...)
-		}
+		tm, d := taskFromObject(ctx, obj)
+		diags.Append(d...)
 		if diags.HasError() {
 			return tree, diags
 		}
@@ -158,7 +160,7 @@ func readTasks(ctx context.Context, l types.List, root path.Path, field string, 
 			}
 		}
 		if !tm.Tasks.IsNull() {
-			sub, d := readTasks(ctx, tm.Tasks, p.AtName("tasks"), f+".tasks", true)
+			sub, d := readTasks(ctx, tm.Tasks, p.AtName("tasks"), f+".tasks")
 			diags.Append(d...)
 			ph.Tasks = sub.Phases
 			tree.Leaves = append(tree.Leaves, sub.Leaves...)

@@ -88,7 +88,7 @@ func specFrom(ctx context.Context, m *jobResourceModel, tasks types.List) (*api.
 	var diags diag.Diagnostics
 	target, _, d := readTarget(ctx, m.Target)
 	diags.Append(d...)
-	tree, d := readTasks(ctx, tasks, path.Root("tasks"), "tasks", false)
+	tree, d := readTasks(ctx, tasks, path.Root("tasks"), "tasks")
 	diags.Append(d...)
 	return &api.JobSpec{
 		Target:         target,

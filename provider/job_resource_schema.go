@@ -56,7 +56,7 @@ func leafSchemaAttributes(top bool) map[string]schema.Attribute {
 		"timeout": schema.StringAttribute{
 			MarkdownDescription: "Bound on one run of the action on one node (`30s`, `5m`). Defaults to the agent's task timeout.",
 			Optional:            true,
-			Validators:          []validator.String{durationValidator{}},
+			Validators:          []validator.String{durationValidator()},
 		},
 		"max_retries": schema.Int64Attribute{
 			MarkdownDescription: fmt.Sprintf("How many times a failed run is retried on a node, with exponential backoff (0-%d). Defaults to 0.", api.MaxRetries),
@@ -79,12 +79,12 @@ func tasksSchemaAttribute(desc string, required bool, mods []planmodifier.List) 
 	top["max_concurrency"] = schema.StringAttribute{
 		MarkdownDescription: "Most nodes that run this step (or this whole pipeline) at once: a count (`3`) or a percentage of the nodes (`10%`, rounded down, at least 1). Overrides the job's `max_concurrency`.",
 		Optional:            true,
-		Validators:          []validator.String{limitValidator{zeroOK: false}},
+		Validators:          []validator.String{limitValidator(false)},
 	}
 	top["max_errors"] = schema.StringAttribute{
 		MarkdownDescription: "Nodes that may fail (or become unreachable) in this step or pipeline before no new node starts: a count or a percentage (rounded down). Overrides the job's `max_errors`.",
 		Optional:            true,
-		Validators:          []validator.String{limitValidator{zeroOK: true}},
+		Validators:          []validator.String{limitValidator(true)},
 	}
 	top["tasks"] = schema.ListNestedAttribute{
 		MarkdownDescription: "A per-node pipeline: these tasks run in order on each node, and each node advances on its own " +
@@ -149,7 +149,7 @@ func (r *jobResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp
 			"timeout": schema.StringAttribute{
 				MarkdownDescription: "Bound on the whole job on the controller (`10m`). When it passes the job fails.",
 				Optional:            true,
-				Validators:          []validator.String{durationValidator{}},
+				Validators:          []validator.String{durationValidator()},
 				PlanModifiers:       []planmodifier.String{stringplanmodifier.RequiresReplace()},
 			},
 			"check_mode": schema.BoolAttribute{
@@ -162,13 +162,13 @@ func (r *jobResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp
 			"max_concurrency": schema.StringAttribute{
 				MarkdownDescription: "Rolling execution: most nodes that run a step (or a whole pipeline) at once, as a count (`3`) or a percentage of the step's nodes (`10%`, rounded down, at least 1). Without it every node runs at once.",
 				Optional:            true,
-				Validators:          []validator.String{limitValidator{zeroOK: false}},
+				Validators:          []validator.String{limitValidator(false)},
 				PlanModifiers:       []planmodifier.String{stringplanmodifier.RequiresReplace()},
 			},
 			"max_errors": schema.StringAttribute{
 				MarkdownDescription: "Rolling execution: how many nodes of a step may fail or become unreachable (a count or a percentage, rounded down) before no new node starts; nodes in flight finish, the rest are recorded `not_started` and the job fails. Failures within it leave the job `partial_failure`. Without it the strategy alone decides.",
 				Optional:            true,
-				Validators:          []validator.String{limitValidator{zeroOK: true}},
+				Validators:          []validator.String{limitValidator(true)},
 				PlanModifiers:       []planmodifier.String{stringplanmodifier.RequiresReplace()},
 			},
 			"tasks": tasksSchemaAttribute("The steps of the job, in order. An element with `backend` and `action` is a barrier step: "+

@@ -2,11 +2,16 @@ package provider
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 	"github.com/hashicorp/terraform-plugin-testing/compare"
@@ -52,7 +57,7 @@ func TestTasksRoundTrip(t *testing.T) {
 	if diags.HasError() {
 		t.Fatal(diags)
 	}
-	tree, diags := readTasks(ctx, l, path.Root("tasks"), "tasks", false)
+	tree, diags := readTasks(ctx, l, path.Root("tasks"), "tasks")
 	if diags.HasError() {
 		t.Fatal(diags)
 	}
@@ -70,7 +75,7 @@ func TestTasksRoundTrip(t *testing.T) {
 	}
 	// Unknown values make the tree unknown without failing.
 	unknown := types.ListUnknown(taskObjectType)
-	tree, diags = readTasks(ctx, unknown, path.Root("tasks"), "tasks", false)
+	tree, diags = readTasks(ctx, unknown, path.Root("tasks"), "tasks")
 	if diags.HasError() || tree.Known {
 		t.Errorf("unknown list: known %v diags %v", tree.Known, diags)
 	}
@@ -479,4 +484,51 @@ func TestAccJobResource_noWait(t *testing.T) {
 			},
 		},
 	})
+}
+
+// validateOnTargeted tells a targeted node that does not offer a task's
+// action (advice: enable it) from one that offers it but refuses the task
+// by another schema of the action (no such advice).
+func TestValidateOnTargetedNotOfferedAndRefused(t *testing.T) {
+	echo := func(param string) api.BackendSchema {
+		return api.BackendSchema{Name: "ping", Actions: []api.ActionSchema{{Name: "echo",
+			Params: []api.ParamSchema{{Name: param, Type: api.TypeString}}}}}
+	}
+	schemas := map[string][]api.BackendSchema{
+		"node-a": {echo("message")},
+		"node-b": {echo("msg")},
+		"node-c": {{Name: "test", Actions: []api.ActionSchema{{Name: "fail"}}}},
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := strings.TrimPrefix(r.URL.Path, "/node/")
+		_ = json.NewEncoder(w).Encode(api.NodeInfo{ID: id, Schemas: schemas[id]})
+	}))
+	defer srv.Close()
+	c, err := api.NewClient(api.ClientConfig{Address: srv.URL, Token: "t", Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &jobResource{client: c}
+	var nodes []api.NodeInfo
+	for _, id := range []string{"node-a", "node-b", "node-c"} {
+		nodes = append(nodes, api.NodeInfo{ID: id, SchemaDigest: id})
+	}
+	leaf := specLeaf{Path: path.Root("tasks").AtListIndex(0), Field: "tasks[0]", Known: true,
+		Task: api.Task{Backend: "ping", Action: "echo", Params: api.Params{"message": "hi"}}}
+	var diags diag.Diagnostics
+	r.validateOnTargeted(context.Background(), nodes, []string{"node-a", "node-b", "node-c"}, []specLeaf{leaf}, false, &diags)
+	if diags.ErrorsCount() != 2 {
+		t.Fatalf("want 2 errors, got %v", diags)
+	}
+	got := map[string]string{}
+	for _, d := range diags.Errors() {
+		got[d.Summary()] = d.Detail()
+	}
+	if d := got["Task Not Offered By Targeted Nodes"]; !strings.Contains(d, "1 targeted node(s) cannot run ping.echo: node-c") || !strings.Contains(d, "enable it") {
+		t.Errorf("not offered: %q", d)
+	}
+	if d := got["Task Refused By Targeted Nodes"]; !strings.Contains(d, "1 targeted node(s) offer ping.echo but refuse this task: node-b") ||
+		!strings.Contains(d, "unknown param") || strings.Contains(d, "enable it") {
+		t.Errorf("refused: %q", d)
+	}
 }

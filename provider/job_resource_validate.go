@@ -11,7 +11,6 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/types"
-	"github.com/hashicorp/terraform-plugin-framework/types/basetypes"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
 )
@@ -44,7 +43,7 @@ func (r *jobResource) ValidateConfig(ctx context.Context, req resource.ValidateC
 		name string
 		l    types.List
 	}{{"tasks", cfg.Tasks}, {"destroy_tasks", cfg.DestroyTasks}} {
-		tree, d := readTasks(ctx, list.l, path.Root(list.name), "tasks", false)
+		tree, d := readTasks(ctx, list.l, path.Root(list.name), "tasks")
 		resp.Diagnostics.Append(d...)
 		if !tree.Known || len(tree.Phases) == 0 {
 			continue
@@ -67,8 +66,8 @@ func validateTaskShapes(ctx context.Context, l types.List, root path.Path, diags
 		if !ok || obj.IsNull() || obj.IsUnknown() {
 			continue
 		}
-		var tm taskModel
-		diags.Append(obj.As(ctx, &tm, basetypes.ObjectAsOptions{})...)
+		tm, d := taskFromObject(ctx, obj)
+		diags.Append(d...)
 		if diags.HasError() {
 			return
 		}
@@ -96,12 +95,12 @@ func validateTaskShapes(ctx context.Context, l types.List, root path.Path, diags
 				if !ok || so.IsNull() || so.IsUnknown() {
 					continue
 				}
-				var lm leafModel
-				diags.Append(so.As(ctx, &lm, basetypes.ObjectAsOptions{})...)
+				lm, d := taskFromObject(ctx, so)
+				diags.Append(d...)
 				if diags.HasError() {
 					return
 				}
-				requireLeaf(lm.task(), p.AtName("tasks").AtListIndex(j), diags)
+				requireLeaf(lm, p.AtName("tasks").AtListIndex(j), diags)
 			}
 			continue
 		}
@@ -183,7 +182,7 @@ func (r *jobResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanReq
 	for _, name := range lists {
 		var l types.List
 		resp.Diagnostics.Append(req.Plan.GetAttribute(ctx, path.Root(name), &l)...)
-		tree, d := readTasks(ctx, l, path.Root(name), name, false)
+		tree, d := readTasks(ctx, l, path.Root(name), name)
 		resp.Diagnostics.Append(d...)
 		leaves = append(leaves, tree.Leaves...)
 	}
@@ -196,6 +195,11 @@ func (r *jobResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanReq
 		r.addPlanClientError(&resp.Diagnostics, "Read Backends Error", err)
 		return
 	}
+	// valid are the leaves the fleet's merged schemas accept; only they are
+	// judged against the targeted nodes, so that a task that is wrong
+	// anyway (a misspelled param) gets its one error, not also "not
+	// offered by the targeted nodes".
+	var valid []specLeaf
 	for _, leaf := range leaves {
 		if !leaf.Known || plan.CheckMode.IsUnknown() {
 			continue
@@ -206,6 +210,7 @@ func (r *jobResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanReq
 				"\n\nThe grid_backends data source (or `grid backends`) lists the actions and parameters the online agents offer.")
 			continue
 		}
+		valid = append(valid, leaf)
 		warnSensitiveInParams(&resp.Diagnostics, cat, leaf)
 	}
 
@@ -230,7 +235,7 @@ func (r *jobResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanReq
 		return
 	}
 	if target.Scope != api.ScopeAny {
-		r.validateOnTargeted(ctx, nodes, ids, leaves, checkMode, &resp.Diagnostics)
+		r.validateOnTargeted(ctx, nodes, ids, valid, checkMode, &resp.Diagnostics)
 	}
 	if plan.Preview.ValueBool() && !resp.Diagnostics.HasError() && len(ids) > 0 {
 		var tasksOnly []specLeaf
@@ -274,8 +279,15 @@ func (r *jobResource) validateOnTargeted(ctx context.Context, nodes []api.NodeIn
 		}
 		byDigest[d] = append(byDigest[d], id)
 	}
-	bad := map[int][]string{} // leaf → nodes that cannot run it
-	why := map[int]error{}
+	// Per leaf, the nodes that do not offer its action (no such backend or
+	// action, or their allow list refuses it), and the nodes that offer it
+	// but refuse the task (their schema of the action differs from the
+	// fleet's: another agent version), each with the first reason.
+	type refusal struct {
+		nodes []string
+		why   error
+	}
+	notOffered, refused := map[int]*refusal{}, map[int]*refusal{}
 	for _, d := range order {
 		group := byDigest[d]
 		info, err := r.client.GetNode(ctx, group[0])
@@ -287,24 +299,38 @@ func (r *jobResource) validateOnTargeted(ctx context.Context, nodes []api.NodeIn
 			if !leaf.Known {
 				continue
 			}
-			if err := cat.ValidateTask(leaf.Field, leaf.Task, checkMode); err != nil {
-				bad[i] = append(bad[i], group...)
-				if why[i] == nil {
-					why[i] = err
-				}
+			err := cat.ValidateTask(leaf.Field, leaf.Task, checkMode)
+			if err == nil {
+				continue
 			}
+			m := refused
+			var ve *api.ValidationError
+			if errors.As(err, &ve) && (ve.Field == leaf.Field+".backend" || ve.Field == leaf.Field+".action") {
+				m = notOffered
+			}
+			if m[i] == nil {
+				m[i] = &refusal{why: err}
+			}
+			m[i].nodes = append(m[i].nodes, group...)
 		}
 	}
 	for i, leaf := range leaves {
-		if len(bad[i]) == 0 {
-			continue
+		if ref := notOffered[i]; ref != nil {
+			sort.Strings(ref.nodes)
+			_, msg := leafErrorPath(leaf, ref.why)
+			diags.AddAttributeError(leaf.Path, "Task Not Offered By Targeted Nodes",
+				fmt.Sprintf("%s: %d targeted node(s) cannot run %s: %s (%s).\n\nNarrow the target to nodes that offer the action, "+
+					"or enable it on those agents (their backends and allow list); `grid node info ID` shows what a node offers.",
+					leaf.Field, len(ref.nodes), leaf.Task.Name(), strings.Join(ref.nodes, ", "), msg))
 		}
-		sort.Strings(bad[i])
-		_, msg := leafErrorPath(leaf, why[i])
-		diags.AddAttributeError(leaf.Path, "Task Not Offered By Targeted Nodes",
-			fmt.Sprintf("%s: %d targeted node(s) cannot run %s: %s (%s).\n\nNarrow the target to nodes that offer the action, "+
-				"or enable it on those agents (their backends and allow list); `grid node info ID` shows what a node offers.",
-				leaf.Field, len(bad[i]), leaf.Task.Name(), strings.Join(bad[i], ", "), msg))
+		if ref := refused[i]; ref != nil {
+			sort.Strings(ref.nodes)
+			p, msg := leafErrorPath(leaf, ref.why)
+			diags.AddAttributeError(p, "Task Refused By Targeted Nodes",
+				fmt.Sprintf("%s: %d targeted node(s) offer %s but refuse this task: %s (%s).\n\nTheir schema of the action differs from "+
+					"the fleet's (another agent version?); `grid node info ID` shows what a node takes.",
+					leaf.Field, len(ref.nodes), leaf.Task.Name(), strings.Join(ref.nodes, ", "), msg))
+		}
 	}
 }
 

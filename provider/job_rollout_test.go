@@ -111,6 +111,44 @@ func TestAccJobResource_targetedValidation(t *testing.T) {
 	})
 }
 
+// A misspelled param is one error, "Invalid Task" naming the param and the
+// ones the action knows, not also "Task Not Offered By Targeted Nodes"
+// telling to enable the action on the agents (which offer it).
+// ExpectError matches a regexp on the whole output and cannot say what must
+// be absent, so the step's error is judged by the test case's ErrorCheck.
+func TestAccJobResource_misspelledParamOneError(t *testing.T) {
+	f := testAccFleet(t, 2)
+	right := regexp.MustCompile(`(?s)Invalid Task.*tasks\[0\]\.params\.mesage: unknown param \(known:\s+message\)`)
+	var judged bool
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		ErrorCheck: func(err error) error {
+			judged = true
+			if !right.MatchString(err.Error()) {
+				return fmt.Errorf("want an error matching %s, got: %w", right, err)
+			}
+			for _, wrong := range []string{"Task Not Offered By Targeted Nodes", "enable it on those agents"} {
+				if strings.Contains(err.Error(), wrong) {
+					return fmt.Errorf("a misspelled param also gives %q: %w", wrong, err)
+				}
+			}
+			return nil
+		},
+		Steps: []resource.TestStep{
+			{
+				Config: jobConfig(f.APIURL(), `
+  target = { scope = "group", value = "web" }
+  tasks  = [{ backend = "ping", action = "echo", params = { mesage = "hi" } }]
+`),
+				PlanOnly: true,
+			},
+		},
+	})
+	if !judged {
+		t.Fatal("the plan of a task with a misspelled param did not fail")
+	}
+}
+
 // converge = true: a node that joins the target after apply shows in the
 // plan as an update of converged_nodes; apply runs the job on it alone;
 // the next plan is empty.

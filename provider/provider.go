@@ -106,7 +106,7 @@ func (p *gridProvider) Schema(_ context.Context, _ provider.SchemaRequest, resp 
 				MarkdownDescription: "Timeout of each request to the controller, as a duration (`30s`, `2m`). " +
 					"Waiting for a job is not bounded by it; see the `timeouts` block of `grid_job`. Defaults to `30s`.",
 				Optional:   true,
-				Validators: []validator.String{durationValidator{}},
+				Validators: []validator.String{durationValidator()},
 			},
 		},
 	}

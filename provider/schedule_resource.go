@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"regexp"
 	"strings"
@@ -87,20 +86,20 @@ func (r *scheduleResource) Schema(_ context.Context, _ resource.SchemaRequest, r
 				Required: true,
 				Description: "When to fire: five fields (minute hour day-of-month month day-of-week, e.g. `0 3 * * *`), " +
 					"six with a leading seconds field, or a descriptor (`@hourly`, `@daily`, `@weekly`, `@monthly`, `@yearly`, `@every 90s`).",
-				Validators: []validator.String{cronValidator{}},
+				Validators: []validator.String{cronValidator()},
 			},
 			"time_zone": schema.StringAttribute{
 				Optional:    true,
 				Computed:    true,
 				Default:     stringdefault.StaticString("UTC"),
 				Description: "The IANA time zone the cron fields are read in, such as `Europe/Berlin`. Default `UTC`.",
-				Validators:  []validator.String{timeZoneValidator{}},
+				Validators:  []validator.String{timeZoneValidator()},
 			},
 			"job": schema.StringAttribute{
 				Required: true,
 				Description: "The job each tick submits, as `grid job run -f` and POST /job take it: JSON (write it with " +
 					"`jsonencode`) or YAML (`file(\"job.yaml\")`). Sensitive params cannot be part of a schedule.",
-				Validators: []validator.String{jobSpecValidator{}},
+				Validators: []validator.String{jobSpecValidator()},
 			},
 			"paused": schema.BoolAttribute{
 				Optional:    true,
@@ -297,59 +296,4 @@ func (r *scheduleResource) ImportState(ctx context.Context, req resource.ImportS
 		return
 	}
 	resource.ImportStatePassthroughID(ctx, path.Root("id"), req, resp)
-}
-
-// cronValidator checks a cron expression as the controller reads it.
-type cronValidator struct{}
-
-func (cronValidator) Description(context.Context) string {
-	return "a cron expression: five fields, six with seconds first, or a descriptor such as @hourly or @every 10m"
-}
-
-func (v cronValidator) MarkdownDescription(ctx context.Context) string { return v.Description(ctx) }
-
-func (cronValidator) ValidateString(_ context.Context, req validator.StringRequest, resp *validator.StringResponse) {
-	if req.ConfigValue.IsNull() || req.ConfigValue.IsUnknown() {
-		return
-	}
-	if _, err := api.ParseCron(req.ConfigValue.ValueString(), ""); err != nil {
-		resp.Diagnostics.AddAttributeError(req.Path, "Invalid Cron Expression", err.Error())
-	}
-}
-
-// timeZoneValidator checks an IANA time zone name.
-type timeZoneValidator struct{}
-
-func (timeZoneValidator) Description(context.Context) string {
-	return "an IANA time zone such as UTC or Europe/Berlin"
-}
-
-func (v timeZoneValidator) MarkdownDescription(ctx context.Context) string { return v.Description(ctx) }
-
-func (timeZoneValidator) ValidateString(_ context.Context, req validator.StringRequest, resp *validator.StringResponse) {
-	if req.ConfigValue.IsNull() || req.ConfigValue.IsUnknown() {
-		return
-	}
-	if _, err := api.LoadTimeZone(req.ConfigValue.ValueString()); err != nil {
-		resp.Diagnostics.AddAttributeError(req.Path, "Invalid Time Zone", err.Error())
-	}
-}
-
-// jobSpecValidator checks a job as POST /job reads it (its structure; the
-// controller checks the actions against its nodes at apply).
-type jobSpecValidator struct{}
-
-func (jobSpecValidator) Description(context.Context) string {
-	return "a job as POST /job takes it, in JSON or YAML"
-}
-
-func (v jobSpecValidator) MarkdownDescription(ctx context.Context) string { return v.Description(ctx) }
-
-func (jobSpecValidator) ValidateString(_ context.Context, req validator.StringRequest, resp *validator.StringResponse) {
-	if req.ConfigValue.IsNull() || req.ConfigValue.IsUnknown() {
-		return
-	}
-	if _, err := api.ParseJobSpec([]byte(req.ConfigValue.ValueString())); err != nil {
-		resp.Diagnostics.AddAttributeError(req.Path, "Invalid Job", fmt.Sprintf("job: %v", err))
-	}
 }

@@ -4,52 +4,110 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
 )
 
-// durationValidator checks that a string is a positive Go duration.
-type durationValidator struct{}
-
-var _ validator.String = durationValidator{}
-
-func (durationValidator) Description(context.Context) string {
-	return "value must be a positive duration such as 30s, 5m or 1h"
+// stringValidator checks a configured string (null and unknown values
+// pass) with check. A value it refuses is an error diagnostic at the
+// attribute, titled summary, whose detail is detail(path, err), or the
+// error's text when detail is nil.
+type stringValidator struct {
+	description string
+	summary     string
+	check       func(value string) error
+	detail      func(p path.Path, err error) string
 }
 
-func (v durationValidator) MarkdownDescription(ctx context.Context) string { return v.Description(ctx) }
+var _ validator.String = stringValidator{}
 
-func (durationValidator) ValidateString(_ context.Context, req validator.StringRequest, resp *validator.StringResponse) {
+func (v stringValidator) Description(context.Context) string { return v.description }
+
+func (v stringValidator) MarkdownDescription(ctx context.Context) string { return v.Description(ctx) }
+
+func (v stringValidator) ValidateString(_ context.Context, req validator.StringRequest, resp *validator.StringResponse) {
 	if req.ConfigValue.IsNull() || req.ConfigValue.IsUnknown() {
 		return
 	}
-	if _, err := api.ParsePositiveDuration(req.ConfigValue.ValueString()); err != nil {
-		resp.Diagnostics.AddAttributeError(req.Path, "Invalid Duration",
-			fmt.Sprintf("%v. Write a Go duration such as 30s, 5m or 1h.", err))
+	if err := v.check(req.ConfigValue.ValueString()); err != nil {
+		msg := err.Error()
+		if v.detail != nil {
+			msg = v.detail(req.Path, err)
+		}
+		resp.Diagnostics.AddAttributeError(req.Path, v.summary, msg)
+	}
+}
+
+// durationValidator checks that a string is a positive Go duration.
+func durationValidator() stringValidator {
+	return stringValidator{
+		description: "value must be a positive duration such as 30s, 5m or 1h",
+		summary:     "Invalid Duration",
+		check: func(s string) error {
+			_, err := api.ParsePositiveDuration(s)
+			return err
+		},
+		detail: func(_ path.Path, err error) string {
+			return fmt.Sprintf("%v. Write a Go duration such as 30s, 5m or 1h.", err)
+		},
 	}
 }
 
 // limitValidator checks a max_concurrency or max_errors value: a count or a
 // percentage. zeroOK allows 0 (max_errors: stop at the first failure).
-type limitValidator struct{ zeroOK bool }
-
-func (v limitValidator) Description(context.Context) string {
-	return "a count (3) or a percentage (10%)"
+func limitValidator(zeroOK bool) stringValidator {
+	return stringValidator{
+		description: "a count (3) or a percentage (10%)",
+		summary:     "Invalid Rollout Limit",
+		check: func(s string) error {
+			l, err := api.ParseLimit(s)
+			if err == nil && l.Value == 0 && !zeroOK {
+				err = fmt.Errorf("%s: must be at least 1 (or 1%%); leave it out for no limit", l)
+			}
+			return err
+		},
+		detail: func(p path.Path, err error) string {
+			return fmt.Sprintf("%s: %v. Write a count of nodes (3) or a percentage of the step's nodes (10%%).", p, err)
+		},
+	}
 }
 
-func (v limitValidator) MarkdownDescription(ctx context.Context) string { return v.Description(ctx) }
+// cronValidator checks a cron expression as the controller reads it.
+func cronValidator() stringValidator {
+	return stringValidator{
+		description: "a cron expression: five fields, six with seconds first, or a descriptor such as @hourly or @every 10m",
+		summary:     "Invalid Cron Expression",
+		check: func(s string) error {
+			_, err := api.ParseCron(s, "")
+			return err
+		},
+	}
+}
 
-func (v limitValidator) ValidateString(_ context.Context, req validator.StringRequest, resp *validator.StringResponse) {
-	if req.ConfigValue.IsNull() || req.ConfigValue.IsUnknown() {
-		return
+// timeZoneValidator checks an IANA time zone name.
+func timeZoneValidator() stringValidator {
+	return stringValidator{
+		description: "an IANA time zone such as UTC or Europe/Berlin",
+		summary:     "Invalid Time Zone",
+		check: func(s string) error {
+			_, err := api.LoadTimeZone(s)
+			return err
+		},
 	}
-	l, err := api.ParseLimit(req.ConfigValue.ValueString())
-	if err == nil && l.Value == 0 && !v.zeroOK {
-		err = fmt.Errorf("%s: must be at least 1 (or 1%%); leave it out for no limit", l)
-	}
-	if err != nil {
-		resp.Diagnostics.AddAttributeError(req.Path, "Invalid Rollout Limit",
-			fmt.Sprintf("%s: %v. Write a count of nodes (3) or a percentage of the step's nodes (10%%).", req.Path, err))
+}
+
+// jobSpecValidator checks a job as POST /job reads it (its structure; the
+// controller checks the actions against its nodes at apply).
+func jobSpecValidator() stringValidator {
+	return stringValidator{
+		description: "a job as POST /job takes it, in JSON or YAML",
+		summary:     "Invalid Job",
+		check: func(s string) error {
+			_, err := api.ParseJobSpec([]byte(s))
+			return err
+		},
+		detail: func(_ path.Path, err error) string { return fmt.Sprintf("job: %v", err) },
 	}
 }

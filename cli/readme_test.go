@@ -1,0 +1,754 @@
+package cli
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/gridfleet/terraform-provider-grid/api"
+	"github.com/gridfleet/terraform-provider-grid/backends"
+	"github.com/gridfleet/terraform-provider-grid/backends/builtin"
+)
+
+// readmePath is the README, from the cli package's directory (its paths,
+// of job files, are relative to the repository's root, its directory);
+// readmeFile names it in messages.
+const (
+	readmePath = "../README.md"
+	readmeFile = "README.md"
+)
+
+// mdBlock is one fenced block of a Markdown file.
+type mdBlock struct {
+	lang string
+	// line is the file's line number of the block's first line of content.
+	line int
+	// section is the title of the "## " section the block is in.
+	section string
+	lines   []string
+}
+
+// readmeBlocks returns the fenced blocks of README.md.
+func readmeBlocks(t *testing.T) []mdBlock {
+	t.Helper()
+	data, err := os.ReadFile(readmePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		blocks  []mdBlock
+		cur     *mdBlock
+		section string
+	)
+	for i, l := range strings.Split(string(data), "\n") {
+		switch {
+		case cur != nil && strings.TrimSpace(l) == "```":
+			blocks = append(blocks, *cur)
+			cur = nil
+		case cur != nil:
+			cur.lines = append(cur.lines, l)
+		case strings.HasPrefix(l, "```"):
+			cur = &mdBlock{lang: strings.TrimSpace(strings.TrimPrefix(l, "```")), line: i + 2, section: section}
+		case strings.HasPrefix(l, "## "):
+			section = strings.TrimSpace(strings.TrimPrefix(l, "## "))
+		}
+	}
+	if cur != nil {
+		t.Fatalf("%s:%d: a fenced block is never closed", readmeFile, cur.line-1)
+	}
+	return blocks
+}
+
+// shWord is a word of a shell command line. lit is how many bytes of s
+// precede its first quote (len(s) when nothing is quoted): a quoted word
+// has no alternatives, and is an assignment only by its unquoted start.
+type shWord struct {
+	s   string
+	lit int
+}
+
+func (w shWord) quoted() bool { return w.lit < len(w.s) }
+
+// shCommand is one simple command of a README shell block.
+type shCommand struct {
+	line  int
+	words []shWord
+}
+
+// text is the command as a line, for messages.
+func (c shCommand) text() string {
+	var ws []string
+	for _, w := range c.words {
+		ws = append(ws, w.s)
+	}
+	return strings.Join(ws, " ")
+}
+
+// shellCommands splits a shell block into simple commands: lines ending in
+// "\" are joined with the next, "# comments" dropped, and command lines
+// split at "&&", ";" and a trailing "&" (a background job). Leading
+// VAR=value assignments are dropped. Pipes are not split: the README
+// writes alternatives as "pause|resume|delete", which grid commands expand.
+func shellCommands(b mdBlock) ([]shCommand, error) {
+	var out []shCommand
+	for i := 0; i < len(b.lines); i++ {
+		line, start := b.lines[i], b.line+i
+		for strings.HasSuffix(strings.TrimRight(line, " \t"), `\`) && i+1 < len(b.lines) {
+			line = strings.TrimSuffix(strings.TrimRight(line, " \t"), `\`) + " " + b.lines[i+1]
+			i++
+		}
+		segs, err := splitShell(line)
+		if err != nil {
+			return nil, fmt.Errorf("%s:%d: %w", readmeFile, start, err)
+		}
+		for _, words := range segs {
+			for len(words) > 0 && isAssignment(words[0].s[:words[0].lit]) {
+				words = words[1:]
+			}
+			if len(words) > 0 {
+				out = append(out, shCommand{line: start, words: words})
+			}
+		}
+	}
+	return out, nil
+}
+
+var assignmentRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*=`)
+
+func isAssignment(s string) bool { return assignmentRE.MatchString(s) }
+
+// splitShell splits one logical shell line into the words of its simple
+// commands, honouring single and double quotes and backslashes.
+func splitShell(line string) ([][]shWord, error) {
+	var (
+		segs    [][]shWord
+		words   []shWord
+		cur     strings.Builder
+		inWord  bool
+		lit     = -1
+		endWord = func() {
+			if inWord {
+				w := shWord{s: cur.String(), lit: lit}
+				if lit < 0 {
+					w.lit = len(w.s)
+				}
+				words = append(words, w)
+			}
+			cur.Reset()
+			inWord, lit = false, -1
+		}
+		quote = func() {
+			if lit < 0 {
+				lit = cur.Len()
+			}
+		}
+		endSeg = func() {
+			endWord()
+			if len(words) > 0 {
+				segs = append(segs, words)
+			}
+			words = nil
+		}
+	)
+	r := []rune(line)
+	for i := 0; i < len(r); i++ {
+		c := r[i]
+		switch {
+		case c == ' ' || c == '\t':
+			endWord()
+		case c == '#' && !inWord:
+			i = len(r)
+		case c == '\'':
+			quote()
+			j := i + 1
+			for j < len(r) && r[j] != '\'' {
+				j++
+			}
+			if j == len(r) {
+				return nil, fmt.Errorf("unterminated ' in %q", line)
+			}
+			cur.WriteString(string(r[i+1 : j]))
+			inWord, i = true, j
+		case c == '"':
+			quote()
+			j := i + 1
+			for ; j < len(r) && r[j] != '"'; j++ {
+				if r[j] == '\\' && j+1 < len(r) {
+					j++
+				}
+				cur.WriteRune(r[j])
+			}
+			if j == len(r) {
+				return nil, fmt.Errorf("unterminated \" in %q", line)
+			}
+			inWord, i = true, j
+		case c == '\\' && i+1 < len(r):
+			quote()
+			i++
+			cur.WriteRune(r[i])
+			inWord = true
+		case c == ';':
+			endSeg()
+		case c == '&':
+			// "&&" ends a command as "&" (a background job) does.
+			if i+1 < len(r) && r[i+1] == '&' {
+				i++
+			}
+			endSeg()
+		default:
+			cur.WriteRune(c)
+			inWord = true
+		}
+	}
+	endSeg()
+	return segs, nil
+}
+
+// gridArgs reports whether a command runs grid (grid, ./bin/grid,
+// bin/grid) and returns its argument lists: one per alternative when a
+// word is written "a|b|c".
+func (c shCommand) gridArgs() ([][]string, bool) {
+	switch c.words[0].s {
+	case "grid", "./bin/grid", "bin/grid":
+	default:
+		return nil, false
+	}
+	lists := [][]string{nil}
+	for _, w := range c.words[1:] {
+		alts := []string{w.s}
+		if !w.quoted() && strings.Contains(w.s, "|") {
+			alts = strings.Split(w.s, "|")
+		}
+		var next [][]string
+		for _, l := range lists {
+			for _, a := range alts {
+				next = append(next, append(append([]string(nil), l...), a))
+			}
+		}
+		lists = next
+	}
+	return lists, true
+}
+
+// readmeGridCommand is one grid command line of the README.
+type readmeGridCommand struct {
+	line int
+	text string
+	args []string // without the program name
+}
+
+func (c readmeGridCommand) String() string {
+	return fmt.Sprintf("%s:%d: grid %s", readmeFile, c.line, strings.Join(c.args, " "))
+}
+
+// readmeGridCommands returns the grid commands of the README's sh blocks
+// (of one section when section is not empty), in order.
+func readmeGridCommands(t *testing.T, section string) []readmeGridCommand {
+	t.Helper()
+	var out []readmeGridCommand
+	for _, b := range readmeBlocks(t) {
+		if b.lang != "sh" || (section != "" && b.section != section) {
+			continue
+		}
+		cmds, err := shellCommands(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range cmds {
+			lists, ok := c.gridArgs()
+			if !ok {
+				continue
+			}
+			for _, args := range lists {
+				out = append(out, readmeGridCommand{line: c.line, text: c.text(), args: args})
+			}
+		}
+	}
+	return out
+}
+
+// builtinCatalog offers every action of every built-in backend, dangerous
+// ones included, and exec with one program ("inventory", as in the
+// README's agent.yaml).
+func builtinCatalog(t *testing.T) *api.Catalog {
+	t.Helper()
+	reg, err := builtin.New(builtin.Options{Sandbox: t.TempDir(),
+		Programs: map[string]builtin.ProgramSpec{"inventory": {Path: "/usr/local/libexec/inventory"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, err := backends.ParseAllowlist([]string{"*"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg.SetAllowlist(all)
+	return &api.Catalog{Backends: api.MergeSchemas(reg.Schemas())}
+}
+
+// validateJobAt checks a job against the catalog; an error names the
+// README line of the task at fault when it can be found in lines (the
+// block's, from line first).
+func validateJobAt(cat *api.Catalog, spec *api.JobSpec, lines []string, first int) error {
+	j := spec.Job()
+	from := 0
+	for _, s := range api.Flatten(j.Tasks) {
+		// The task's line: the next one naming its action.
+		at := first
+		for i := from; i < len(lines); i++ {
+			if regexp.MustCompile(`\baction:\s*"?` + regexp.QuoteMeta(s.Task.Action) + `\b`).MatchString(lines[i]) {
+				at, from = first+i, i+1
+				break
+			}
+		}
+		if err := cat.ValidateTask(s.Path, s.Task, j.CheckMode); err != nil {
+			return fmt.Errorf("%s:%d: %w", readmeFile, at, err)
+		}
+	}
+	return nil
+}
+
+// Every YAML block of the README that is a job (it has tasks) parses as a
+// job file and each of its tasks is an action of a built-in backend with
+// valid params. A block that names its file in its first line ("#
+// examples/jobs/x.yaml") is that file's job.
+func TestReadmeJobsAreValid(t *testing.T) {
+	cat := builtinCatalog(t)
+	var jobs int
+	for _, b := range readmeBlocks(t) {
+		if b.lang != "yaml" {
+			continue
+		}
+		text := strings.Join(b.lines, "\n")
+		var top map[string]any
+		if err := yaml.Unmarshal([]byte(text), &top); err != nil {
+			t.Errorf("%s:%d: YAML block does not parse: %v", readmeFile, b.line, err)
+			continue
+		}
+		if _, ok := top["tasks"]; !ok {
+			continue
+		}
+		jobs++
+		spec, err := api.ParseJobSpec([]byte(text))
+		if err != nil {
+			t.Errorf("%s:%d: job does not parse: %v", readmeFile, b.line, err)
+			continue
+		}
+		if err := validateJobAt(cat, spec, b.lines, b.line); err != nil {
+			t.Errorf("%v (checked against the actions of every built-in backend)", err)
+		}
+		if name, ok := strings.CutPrefix(strings.TrimSpace(b.lines[0]), "# "); ok && strings.HasPrefix(name, "examples/") {
+			data, err := os.ReadFile(filepath.Join(filepath.Dir(readmePath), name))
+			if err != nil {
+				t.Errorf("%s:%d: the block names %s: %v", readmeFile, b.line, name, err)
+				continue
+			}
+			fileSpec, err := api.ParseJobSpec(data)
+			if err != nil || !reflect.DeepEqual(fileSpec, spec) {
+				t.Errorf("%s:%d: the block is not the job of %s (%v)", readmeFile, b.line, name, err)
+			}
+		}
+	}
+	if jobs < 2 {
+		t.Errorf("found %d jobs in the README's YAML blocks; the extraction is broken", jobs)
+	}
+}
+
+// jobCapture is a stand-in controller for the commands that submit a job
+// (job run, schedule create and update): it records the job each sends
+// and answers as a controller would, the job completed.
+type jobCapture struct {
+	mu   sync.Mutex
+	jobs []api.JobSpec
+}
+
+func (c *jobCapture) take() []api.JobSpec {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := c.jobs
+	c.jobs = nil
+	return out
+}
+
+func (c *jobCapture) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	reply := func(v any) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(v)
+	}
+	record := func(j api.JobSpec) {
+		c.mu.Lock()
+		c.jobs = append(c.jobs, j)
+		c.mu.Unlock()
+	}
+	switch {
+	case r.Method == http.MethodPost && r.URL.Path == "/job":
+		var spec api.JobSpec
+		if err := json.NewDecoder(r.Body).Decode(&spec); err != nil {
+			http.Error(w, `{"error":"bad job"}`, http.StatusBadRequest)
+			return
+		}
+		record(spec)
+		j := spec.Job()
+		j.ID, j.Status = "job-readme", api.JobCompleted
+		w.WriteHeader(http.StatusCreated)
+		reply(j)
+	case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/job/"):
+		reply(&api.Job{ID: strings.TrimPrefix(r.URL.Path, "/job/"), Target: api.Target{Scope: api.ScopeAll}, Status: api.JobCompleted})
+	case (r.Method == http.MethodPost && r.URL.Path == "/schedules") || (r.Method == http.MethodPut && strings.HasPrefix(r.URL.Path, "/schedule/")):
+		var spec api.ScheduleSpec
+		if err := json.NewDecoder(r.Body).Decode(&spec); err != nil {
+			http.Error(w, `{"error":"bad schedule"}`, http.StatusBadRequest)
+			return
+		}
+		record(spec.Job)
+		reply(&api.Schedule{ID: spec.Name, ScheduleSpec: spec})
+	case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/schedule/"):
+		name := strings.TrimPrefix(r.URL.Path, "/schedule/")
+		reply(&api.Schedule{ID: name, ScheduleSpec: api.ScheduleSpec{Name: name, Cron: "@daily",
+			Job: api.JobSpec{Target: api.Target{Scope: api.ScopeAll}, Tasks: []api.Phase{{Backend: "ping", Action: "echo"}}}}})
+	default:
+		http.Error(w, fmt.Sprintf(`{"error":"the README test's stand-in controller does not serve %s %s"}`, r.Method, r.URL.Path), http.StatusNotFound)
+	}
+}
+
+// checkGridCommand checks one README command line without a controller:
+// it names a command, its flags parse and its arguments fit. The commands
+// that parse their own arguments (job run, schedule create and update) are
+// run against capture, and the job each builds must be one of built-in
+// actions (cat).
+func checkGridCommand(t *testing.T, c readmeGridCommand, capture *jobCapture, cat *api.Catalog) error {
+	t.Helper()
+	root := NewRootCommand("test", io.Discard, io.Discard)
+	cmd, rest, err := root.Find(c.args)
+	if err != nil {
+		return err
+	}
+	if cmd == root {
+		return fmt.Errorf("names no grid command")
+	}
+	if cmd.HasSubCommands() {
+		if len(rest) > 0 {
+			return fmt.Errorf("%q has no command %q", cmd.CommandPath(), rest[0])
+		}
+		return fmt.Errorf("%q needs a command", cmd.CommandPath())
+	}
+	if !cmd.DisableFlagParsing {
+		if err := cmd.ParseFlags(rest); err != nil {
+			return err
+		}
+		if err := cmd.ValidateArgs(cmd.Flags().Args()); err != nil {
+			return err
+		}
+		if err := cmd.ValidateRequiredFlags(); err != nil {
+			return err
+		}
+		if err := cmd.ValidateFlagGroups(); err != nil {
+			return err
+		}
+		if cmd.PreRunE != nil {
+			return cmd.PreRunE(cmd, cmd.Flags().Args())
+		}
+		return nil
+	}
+	// job run and schedule create|update: their job spec is built from
+	// their arguments and submitted.
+	code, out, errOut := runCLI(t, c.args...)
+	jobs := capture.take()
+	if code != ExitOK {
+		return fmt.Errorf("exit code %d: %s%s", code, out, errOut)
+	}
+	if len(jobs) != 1 {
+		return fmt.Errorf("submitted %d jobs, want 1", len(jobs))
+	}
+	j := jobs[0].Job()
+	if err := cat.ValidateJob(j); err != nil {
+		return fmt.Errorf("the job it submits: %w (checked against the actions of every built-in backend)", err)
+	}
+	return nil
+}
+
+// Every grid command in the README's sh blocks exists with the flags and
+// arguments it is given; those that submit a job submit one of built-in
+// actions, and the job files they name (-f) exist in the repository.
+func TestReadmeCommandsParse(t *testing.T) {
+	cat := builtinCatalog(t)
+	capture := &jobCapture{}
+	srv := httptest.NewServer(capture)
+	defer srv.Close()
+	cmds := readmeGridCommands(t, "")
+	if len(cmds) < 20 {
+		t.Fatalf("found %d grid commands in the README; the extraction is broken", len(cmds))
+	}
+	// The README's paths are relative to the repository's root.
+	t.Chdir(filepath.Dir(readmePath))
+	t.Setenv("GRID_ADDR", srv.URL)
+	t.Setenv("GRID_TOKEN", "grid_readme")
+	t.Setenv("GRID_CACERT", "")
+	for _, c := range cmds {
+		if err := checkGridCommand(t, c, capture, cat); err != nil {
+			t.Errorf("%v\n\t%v", c, err)
+		}
+	}
+}
+
+// The extraction itself: continuations, comments, &&, assignments, a
+// background &, quotes and alternatives.
+func TestReadmeShellSplitting(t *testing.T) {
+	b := mdBlock{lang: "sh", line: 10, lines: []string{
+		`make fleet-up && . .fleet/fleet.env && grid node list   # then look`,
+		`A=1 B="x y" grid controller \`,
+		`  --name ctl-1 # the first`,
+		`grid dev &`,
+		`grid schedule pause|resume nightly --note 'a|b # c'`,
+		`# grid not-a-command`,
+	}}
+	cmds, err := shellCommands(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, c := range cmds {
+		lists, ok := c.gridArgs()
+		if !ok {
+			continue
+		}
+		for _, args := range lists {
+			got = append(got, fmt.Sprintf("%d:%q", c.line, args))
+		}
+	}
+	want := []string{
+		`10:["node" "list"]`,
+		`11:["controller" "--name" "ctl-1"]`,
+		`13:["dev"]`,
+		`14:["schedule" "pause" "nightly" "--note" "a|b # c"]`,
+		`14:["schedule" "resume" "nightly" "--note" "a|b # c"]`,
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if _, err := splitShell(`grid 'open`); err == nil {
+		t.Error("an unterminated quote is not an error")
+	}
+}
+
+// A command the README must not show is refused: the check is not
+// vacuous.
+func TestReadmeCheckRefusesWrongCommands(t *testing.T) {
+	cat := builtinCatalog(t)
+	capture := &jobCapture{}
+	srv := httptest.NewServer(capture)
+	defer srv.Close()
+	t.Chdir(filepath.Dir(readmePath))
+	t.Setenv("GRID_ADDR", srv.URL)
+	t.Setenv("GRID_TOKEN", "grid_readme")
+	for _, args := range [][]string{
+		{"nodes", "list"},
+		{"node", "lst"},
+		{"node", "list", "--bogus"},
+		{"job", "status"},
+		{"controller", "--token", "x"},
+		{"job", "run", "--target", "all", "net", "http_check", "--url", "http://localhost/"},
+		{"job", "run", "--target", "all", "ping", "echo", "--mesage", "hi"},
+		{"job", "run", "-f", "update.yaml"},
+		{"schedule", "create", "n", "--cron", "@daily", "--target", "all", "systemd", "is-active", "--unit", "x"},
+	} {
+		c := readmeGridCommand{line: 1, args: args}
+		if err := checkGridCommand(t, c, capture, cat); err == nil {
+			t.Errorf("%v: accepted", c)
+		}
+	}
+	if err := checkGridCommand(t, readmeGridCommand{line: 1, args: []string{"job", "run", "--target", "all", "systemd", "stop", "--unit", "x"}}, capture, cat); err != nil {
+		t.Errorf("a dangerous built-in action is refused: %v", err)
+	}
+	for _, span := range []string{"nodes", "node lst", "job list --bogus N", "job run -z", "node list --pending --cursr C"} {
+		for _, args := range inlineAlternatives(strings.Fields(span)) {
+			if err := checkInlineCommand(args); err == nil {
+				t.Errorf("inline `grid %s`: accepted", span)
+			}
+		}
+	}
+	alts := inlineAlternatives(strings.Fields("job dlq list|replay JOB|drop JOB"))
+	if want := [][]string{{"job", "dlq", "list"}, {"job", "dlq", "replay", "JOB"}, {"job", "dlq", "drop", "JOB"}}; !reflect.DeepEqual(alts, want) {
+		t.Errorf("alternatives %q, want %q", alts, want)
+	}
+	for _, args := range append(alts, []string{"job", "run", "--max-concurrency/--max-errors", "-f", "FILE", "[--PARAM", "VALUE]…"}) {
+		if err := checkInlineCommand(args); err != nil {
+			t.Errorf("inline %q: %v", args, err)
+		}
+	}
+	var ve *api.ValidationError
+	spec := &api.JobSpec{Target: api.Target{Scope: api.ScopeAll}, Tasks: []api.Phase{{Backend: "ping", Action: "echo"}, {Backend: "net", Action: "http_check"}}}
+	err := validateJobAt(cat, spec, []string{"tasks:", "  - {backend: ping, action: echo}", "  - {backend: net, action: http_check}"}, 20)
+	if !errors.As(err, &ve) || !strings.HasPrefix(err.Error(), readmeFile+":22: ") {
+		t.Errorf("the error of a bad task does not name its line: %v", err)
+	}
+}
+
+// readmeQuickStart is the README's quick start: its grid dev command, the
+// names its export line sets (as grid dev prints it), and the client
+// commands run after it, in order.
+type readmeQuickStart struct {
+	dev        readmeGridCommand
+	exportVars []string
+	clients    []readmeGridCommand
+}
+
+const quickStartSection = "Quick start"
+
+func quickStartFromReadme(t *testing.T) readmeQuickStart {
+	t.Helper()
+	var qs readmeQuickStart
+	for _, b := range readmeBlocks(t) {
+		if b.lang != "sh" || b.section != quickStartSection {
+			continue
+		}
+		cmds, err := shellCommands(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range cmds {
+			if c.words[0].s == "export" {
+				for _, w := range c.words[1:] {
+					if name, _, ok := strings.Cut(w.s[:w.lit], "="); ok {
+						qs.exportVars = append(qs.exportVars, name)
+					}
+				}
+			}
+		}
+	}
+	for _, c := range readmeGridCommands(t, quickStartSection) {
+		switch {
+		case c.args[0] == "dev" && qs.dev.args == nil:
+			qs.dev = c
+		case qs.dev.args == nil:
+			t.Fatalf("%v: the quick start runs a client command before grid dev", c)
+		default:
+			qs.clients = append(qs.clients, c)
+		}
+	}
+	if qs.dev.args == nil || len(qs.clients) == 0 {
+		t.Fatalf("%s: no grid dev and client commands found in the quick start", readmeFile)
+	}
+	return qs
+}
+
+// readmeProse is the README without its fenced blocks (their lines left
+// empty, so offsets keep their line numbers).
+func readmeProse(t *testing.T) string {
+	t.Helper()
+	data, err := os.ReadFile(readmePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(data), "\n")
+	in := false
+	for i, l := range lines {
+		fence := strings.HasPrefix(l, "```") || (in && strings.TrimSpace(l) == "```")
+		if in || fence {
+			lines[i] = ""
+		}
+		if fence {
+			in = !in
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
+var inlineGridRE = regexp.MustCompile("`(grid\\s+[a-z][^`]*)`")
+
+// The grid commands the README's text and tables name in `code` (`grid
+// node list --pending`, `grid job dlq list|replay JOB|drop JOB`) exist,
+// with the flags they are written with; upper-case words are
+// placeholders.
+func TestReadmeInlineCommandsExist(t *testing.T) {
+	prose := readmeProse(t)
+	spans := inlineGridRE.FindAllStringSubmatchIndex(prose, -1)
+	if len(spans) < 20 {
+		t.Fatalf("found %d inline grid commands in the README; the extraction is broken", len(spans))
+	}
+	for _, m := range spans {
+		line := strings.Count(prose[:m[0]], "\n") + 1
+		span := strings.ReplaceAll(prose[m[2]:m[3]], `\|`, "|")
+		for _, args := range inlineAlternatives(strings.Fields(span)[1:]) {
+			if err := checkInlineCommand(args); err != nil {
+				t.Errorf("%s:%d: `%s`: %v", readmeFile, line, span, err)
+			}
+		}
+	}
+}
+
+// inlineAlternatives expands "a|b X|c X" written among a command's words
+// (before any flag) into one word list per alternative.
+func inlineAlternatives(words []string) [][]string {
+	for i, w := range words {
+		if strings.HasPrefix(w, "-") || strings.HasPrefix(w, "[") {
+			break
+		}
+		if strings.Contains(w, "|") {
+			var out [][]string
+			for _, alt := range strings.Split(strings.Join(words[i:], " "), "|") {
+				out = append(out, append(slices.Clone(words[:i]), strings.Fields(alt)...))
+			}
+			return out
+		}
+	}
+	return [][]string{words}
+}
+
+// checkInlineCommand checks that the command the words name exists and
+// has every flag they name.
+func checkInlineCommand(words []string) error {
+	root := NewRootCommand("test", io.Discard, io.Discard)
+	var path, flags []string
+	for _, w := range words {
+		w = strings.Trim(w, "[]…,")
+		if strings.HasPrefix(w, "-") {
+			flags = append(flags, strings.Split(w, "/")...)
+			continue
+		}
+		if len(flags) == 0 {
+			path = append(path, w)
+		}
+	}
+	cmd, rest, err := root.Find(path)
+	if err != nil {
+		return err
+	}
+	if cmd == root {
+		return fmt.Errorf("names no grid command")
+	}
+	if cmd.HasSubCommands() && len(rest) > 0 {
+		return fmt.Errorf("%q has no command %q", cmd.CommandPath(), rest[0])
+	}
+	cmd.InitDefaultHelpFlag()
+	for _, f := range flags {
+		name, _, _ := strings.Cut(strings.TrimLeft(f, "-"), "=")
+		switch {
+		case name == "" || strings.ToLower(name) != name:
+			// A placeholder (--PARAM).
+		case strings.HasPrefix(f, "--"):
+			if cmd.Flag(name) == nil {
+				return fmt.Errorf("%q has no flag --%s", cmd.CommandPath(), name)
+			}
+		case len(name) == 1:
+			if cmd.Flags().ShorthandLookup(name) == nil && cmd.InheritedFlags().ShorthandLookup(name) == nil {
+				return fmt.Errorf("%q has no flag -%s", cmd.CommandPath(), name)
+			}
+		default:
+			return fmt.Errorf("flag %q: want --name or -n", f)
+		}
+	}
+	return nil
+}
