@@ -1,26 +1,27 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"reflect"
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
 	"github.com/gridfleet/terraform-provider-grid/backends"
 	"github.com/gridfleet/terraform-provider-grid/backends/builtin"
+	"github.com/gridfleet/terraform-provider-grid/internal/fleet"
+	"github.com/gridfleet/terraform-provider-grid/internal/fleet/fleettest"
 )
 
 // readmePath is the README, from the cli package's directory (its paths,
@@ -366,68 +367,66 @@ func TestReadmeJobsAreValid(t *testing.T) {
 	}
 }
 
-// jobCapture is a stand-in controller for the commands that submit a job
-// (job run, schedule create and update): it records the job each sends
-// and answers as a controller would, the job completed.
+// jobCapture reads back what the README's job-making commands (job run,
+// schedule create and update) made on a real dev fleet: the jobs and
+// schedule jobs that are new or changed since the last take.
 type jobCapture struct {
-	mu   sync.Mutex
-	jobs []api.JobSpec
+	cl     *api.Client
+	jobs   map[string]bool
+	scheds map[string]string // name → its spec, as JSON
 }
 
-func (c *jobCapture) take() []api.JobSpec {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := c.jobs
-	c.jobs = nil
+// newJobCapture starts a dev fleet (grid dev's agents: apt and systemd in
+// check mode, file in a sandbox) and points the client commands at it.
+func newJobCapture(t *testing.T) *jobCapture {
+	t.Helper()
+	f := fleettest.Start(t, fleet.Options{Agents: 3, Agent: fleet.DevAgent})
+	t.Setenv("GRID_ADDR", f.APIURL())
+	t.Setenv("GRID_TOKEN", f.AdminToken())
+	t.Setenv("GRID_CACERT", f.CAFile())
+	c := &jobCapture{cl: f.Client(), jobs: map[string]bool{}, scheds: map[string]string{}}
+	c.take(t)
+	return c
+}
+
+func (c *jobCapture) take(t *testing.T) []*api.Job {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	jobs, err := c.cl.ListJobs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*api.Job
+	for _, j := range jobs {
+		if !c.jobs[j.ID] {
+			c.jobs[j.ID] = true
+			full, err := c.cl.GetJob(ctx, j.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, full)
+		}
+	}
+	scheds, err := c.cl.ListSchedules(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sc := range scheds {
+		b, _ := json.Marshal(sc.ScheduleSpec)
+		if c.scheds[sc.Name] != string(b) {
+			c.scheds[sc.Name] = string(b)
+			out = append(out, sc.Job.Job())
+		}
+	}
 	return out
 }
 
-func (c *jobCapture) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	reply := func(v any) {
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(v)
-	}
-	record := func(j api.JobSpec) {
-		c.mu.Lock()
-		c.jobs = append(c.jobs, j)
-		c.mu.Unlock()
-	}
-	switch {
-	case r.Method == http.MethodPost && r.URL.Path == "/job":
-		var spec api.JobSpec
-		if err := json.NewDecoder(r.Body).Decode(&spec); err != nil {
-			http.Error(w, `{"error":"bad job"}`, http.StatusBadRequest)
-			return
-		}
-		record(spec)
-		j := spec.Job()
-		j.ID, j.Status = "job-readme", api.JobCompleted
-		w.WriteHeader(http.StatusCreated)
-		reply(j)
-	case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/job/"):
-		reply(&api.Job{ID: strings.TrimPrefix(r.URL.Path, "/job/"), Target: api.Target{Scope: api.ScopeAll}, Status: api.JobCompleted})
-	case (r.Method == http.MethodPost && r.URL.Path == "/schedules") || (r.Method == http.MethodPut && strings.HasPrefix(r.URL.Path, "/schedule/")):
-		var spec api.ScheduleSpec
-		if err := json.NewDecoder(r.Body).Decode(&spec); err != nil {
-			http.Error(w, `{"error":"bad schedule"}`, http.StatusBadRequest)
-			return
-		}
-		record(spec.Job)
-		reply(&api.Schedule{ID: spec.Name, ScheduleSpec: spec})
-	case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/schedule/"):
-		name := strings.TrimPrefix(r.URL.Path, "/schedule/")
-		reply(&api.Schedule{ID: name, ScheduleSpec: api.ScheduleSpec{Name: name, Cron: "@daily",
-			Job: api.JobSpec{Target: api.Target{Scope: api.ScopeAll}, Tasks: []api.Phase{{Backend: "ping", Action: "echo"}}}}})
-	default:
-		http.Error(w, fmt.Sprintf(`{"error":"the README test's stand-in controller does not serve %s %s"}`, r.Method, r.URL.Path), http.StatusNotFound)
-	}
-}
-
-// checkGridCommand checks one README command line without a controller:
-// it names a command, its flags parse and its arguments fit. The commands
-// that parse their own arguments (job run, schedule create and update) are
-// run against capture, and the job each builds must be one of built-in
-// actions (cat).
+// checkGridCommand checks one README command line: it names a command,
+// its flags parse and its arguments fit. The commands that parse their own
+// arguments (job run, schedule create and update) run against capture's
+// dev fleet, whose controller checks them against its agents' schemas, and
+// the job each made must also be one of built-in actions (cat).
 func checkGridCommand(t *testing.T, c readmeGridCommand, capture *jobCapture, cat *api.Catalog) error {
 	t.Helper()
 	root := NewRootCommand("test", io.Discard, io.Discard)
@@ -465,15 +464,14 @@ func checkGridCommand(t *testing.T, c readmeGridCommand, capture *jobCapture, ca
 	// job run and schedule create|update: their job spec is built from
 	// their arguments and submitted.
 	code, out, errOut := runCLI(t, c.args...)
-	jobs := capture.take()
+	jobs := capture.take(t)
 	if code != ExitOK {
 		return fmt.Errorf("exit code %d: %s%s", code, out, errOut)
 	}
 	if len(jobs) != 1 {
 		return fmt.Errorf("submitted %d jobs, want 1", len(jobs))
 	}
-	j := jobs[0].Job()
-	if err := cat.ValidateJob(j); err != nil {
+	if err := cat.ValidateJob(jobs[0]); err != nil {
 		return fmt.Errorf("the job it submits: %w (checked against the actions of every built-in backend)", err)
 	}
 	return nil
@@ -484,18 +482,13 @@ func checkGridCommand(t *testing.T, c readmeGridCommand, capture *jobCapture, ca
 // actions, and the job files they name (-f) exist in the repository.
 func TestReadmeCommandsParse(t *testing.T) {
 	cat := builtinCatalog(t)
-	capture := &jobCapture{}
-	srv := httptest.NewServer(capture)
-	defer srv.Close()
 	cmds := readmeGridCommands(t, "")
 	if len(cmds) < 20 {
 		t.Fatalf("found %d grid commands in the README; the extraction is broken", len(cmds))
 	}
+	capture := newJobCapture(t)
 	// The README's paths are relative to the repository's root.
 	t.Chdir(filepath.Dir(readmePath))
-	t.Setenv("GRID_ADDR", srv.URL)
-	t.Setenv("GRID_TOKEN", "grid_readme")
-	t.Setenv("GRID_CACERT", "")
 	for _, c := range cmds {
 		if err := checkGridCommand(t, c, capture, cat); err != nil {
 			t.Errorf("%v\n\t%v", c, err)
@@ -547,12 +540,8 @@ func TestReadmeShellSplitting(t *testing.T) {
 // vacuous.
 func TestReadmeCheckRefusesWrongCommands(t *testing.T) {
 	cat := builtinCatalog(t)
-	capture := &jobCapture{}
-	srv := httptest.NewServer(capture)
-	defer srv.Close()
+	capture := newJobCapture(t)
 	t.Chdir(filepath.Dir(readmePath))
-	t.Setenv("GRID_ADDR", srv.URL)
-	t.Setenv("GRID_TOKEN", "grid_readme")
 	for _, args := range [][]string{
 		{"nodes", "list"},
 		{"node", "lst"},
@@ -569,8 +558,8 @@ func TestReadmeCheckRefusesWrongCommands(t *testing.T) {
 			t.Errorf("%v: accepted", c)
 		}
 	}
-	if err := checkGridCommand(t, readmeGridCommand{line: 1, args: []string{"job", "run", "--target", "all", "systemd", "stop", "--unit", "x"}}, capture, cat); err != nil {
-		t.Errorf("a dangerous built-in action is refused: %v", err)
+	if err := checkGridCommand(t, readmeGridCommand{line: 1, args: []string{"job", "run", "--target", "all", "ping", "echo", "--message", "hi"}}, capture, cat); err != nil {
+		t.Errorf("a good command is refused: %v", err)
 	}
 	for _, span := range []string{"nodes", "node lst", "job list --bogus N", "job run -z", "node list --pending --cursr C"} {
 		for _, args := range inlineAlternatives(strings.Fields(span)) {
