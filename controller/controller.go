@@ -46,6 +46,8 @@ type Controller struct {
 	// sec is the embedded server's TLS and authentication; nil when
 	// insecure or on an external NATS.
 	sec *security
+	// replies answers requests in their sender's own inbox only.
+	replies *replies
 	// natsOpts connect to NATS as this controller.
 	natsOpts []nats.Option
 	// tokens are the API tokens; adminToken is the one in the data dir.
@@ -175,6 +177,7 @@ func (c *Controller) Start(ctx context.Context) error {
 	}
 	c.id = id
 	c.log = c.log.With("controller", id)
+	c.replies = &replies{log: c.log}
 	c.started = time.Now().UTC()
 
 	// The server outlives ctx slightly: it stops after the API and the
@@ -278,6 +281,7 @@ func (c *Controller) Start(ctx context.Context) error {
 		// Enrollments first: the registry takes only admitted nodes.
 		c.reg.admitted = c.sec.admitted
 		c.sec.forget = c.reg.forget
+		c.sec.replies = c.replies
 		enrollKV, err := c.js.KeyValue(setupCtx, api.BucketEnrollments)
 		if err == nil {
 			err = c.sec.watch(runCtx, &c.loops, enrollKV)
@@ -315,6 +319,17 @@ func (c *Controller) Start(ctx context.Context) error {
 		stopRuns()
 		return fail(err)
 	}
+	// The agents' reports, registrations and heartbeats, stored by the
+	// controllers (intake.go); stopped at shutdown after the runs.
+	in, err := c.startIntake(schemasKV)
+	if err != nil {
+		stopRuns()
+		return fail(err)
+	}
+	c.loops.Go(func() {
+		<-runCtx.Done()
+		in.close()
+	})
 	progressSub, err := c.nc.Subscribe(api.SubjectProgress, func(m *nats.Msg) {
 		c.routeResult(m.Subject, m.Data, false)
 	})
