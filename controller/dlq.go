@@ -22,11 +22,14 @@ const (
 	dlqDeliveriesHeader = "Grid-Dead-Letter-Deliveries"
 )
 
+// subjectDeadLetters is what the dead-letter stream stores: dlq.<job>.
+const subjectDeadLetters = "dlq.>"
+
 // ensureDLQ creates (or finds) the dead-letter stream. It is a Limits
 // stream: a dead letter stays until replayed or dropped.
 func (c *Controller) ensureDLQ(ctx context.Context) (jetstream.Stream, error) {
 	return c.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name: api.StreamDeadLetters, Subjects: []string{"dlq.>"}, Retention: jetstream.LimitsPolicy,
+		Name: api.StreamDeadLetters, Subjects: []string{subjectDeadLetters}, Retention: jetstream.LimitsPolicy,
 		Replicas: c.cfg.Replicas, Storage: jetstream.FileStorage,
 		Description: "job requests no controller could claim after max_deliveries deliveries",
 	})
