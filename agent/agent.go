@@ -289,12 +289,6 @@ func (a *Agent) start(ctx context.Context) error {
 	if err := a.subscribe(); err != nil {
 		return fmt.Errorf("agent %s: %w", a.id, err)
 	}
-	a.mu.Lock()
-	now := time.Now().UTC()
-	a.info.Status = api.NodeOnline
-	a.info.OnlineSince = now
-	a.info.LastSeen = now
-	a.mu.Unlock()
 	a.log.Info("agent waiting for a controller to register it", "nats", strings.Join(a.cfg.NATSURLs, ","))
 	if err := a.register(ctx); err != nil {
 		return fmt.Errorf("agent %s: register node: %w", a.id, err)
@@ -309,9 +303,15 @@ func (a *Agent) start(ctx context.Context) error {
 
 // register sends the node's record and its schema set to the controllers,
 // retrying until one has stored them or ctx ends (no controller may be up
-// yet).
+// yet). Each try starts the session anew (online_since), so a broadcast
+// resolved while no controller had this node registered is not taken for
+// one meant for it.
 func (a *Agent) register(ctx context.Context) error {
 	for {
+		a.mu.Lock()
+		a.info.Status = api.NodeOnline
+		a.info.OnlineSince = time.Now().UTC()
+		a.mu.Unlock()
 		err := a.registerOnce(ctx, opTimeout)
 		if err == nil {
 			return nil
