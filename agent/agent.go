@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
 	"github.com/gridfleet/terraform-provider-grid/backends"
@@ -69,10 +68,10 @@ type Agent struct {
 	// public half is registered in NodeInfo.
 	sealKey *seal.KeyPair
 
-	nc       *nats.Conn
-	js       jetstream.JetStream
-	nodesKV  jetstream.KeyValue
-	schemaKV jetstream.KeyValue
+	nc *nats.Conn
+	// schemasJSON is the schema set as registered: digest is its
+	// SchemaDigestOf.
+	schemasJSON []byte
 
 	// mu guards info, stopping, seen, cancelled, running and cmdSubs.
 	mu        sync.Mutex
@@ -207,6 +206,11 @@ func New(cfg Config) (*Agent, error) {
 		killCh:     make(chan struct{}),
 		done:       make(chan struct{}),
 	}
+	a.schemasJSON, err = json.Marshal(schemas)
+	if err != nil {
+		return nil, fmt.Errorf("agent: encode schemas: %w", err)
+	}
+	a.digest = api.SchemaDigestOf(a.schemasJSON)
 	a.info = api.NodeInfo{
 		ID:           a.id,
 		Hostname:     hostname,
@@ -280,33 +284,13 @@ func (a *Agent) start(ctx context.Context) error {
 		return fmt.Errorf("agent %s: %w", a.id, err)
 	}
 	a.nc = nc
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return fmt.Errorf("agent %s: jetstream: %w", a.id, err)
-	}
-	a.js = js
-	a.log.Info("agent waiting for controller buckets", "nats", strings.Join(a.cfg.NATSURLs, ","))
-	if a.nodesKV, err = bus.WaitForBucket(ctx, js, api.BucketNodes); err != nil {
-		return fmt.Errorf("agent %s: %w", a.id, err)
-	}
-	if a.schemaKV, err = bus.WaitForBucket(ctx, js, api.BucketSchemas); err != nil {
-		return fmt.Errorf("agent %s: %w", a.id, err)
-	}
-	if err := a.registerSchemas(ctx); err != nil {
-		return fmt.Errorf("agent %s: %w", a.id, err)
-	}
 	// Subscribe before the node shows up online: a controller may dispatch
 	// to it the moment it sees the registration.
 	if err := a.subscribe(); err != nil {
 		return fmt.Errorf("agent %s: %w", a.id, err)
 	}
-	a.mu.Lock()
-	now := time.Now().UTC()
-	a.info.Status = api.NodeOnline
-	a.info.OnlineSince = now
-	a.info.LastSeen = now
-	a.mu.Unlock()
-	if err := a.putInfo(ctx, api.NodeOnline); err != nil {
+	a.log.Info("agent waiting for a controller to register it", "nats", strings.Join(a.cfg.NATSURLs, ","))
+	if err := a.register(ctx); err != nil {
 		return fmt.Errorf("agent %s: register node: %w", a.id, err)
 	}
 	hbCtx, hbCancel := context.WithCancel(context.Background())
@@ -317,17 +301,71 @@ func (a *Agent) start(ctx context.Context) error {
 	return nil
 }
 
-// registerSchemas stores the schema set under its digest unless a node with
-// the same set already did.
-func (a *Agent) registerSchemas(ctx context.Context) error {
-	data, err := json.Marshal(a.schemas)
-	if err != nil {
-		return fmt.Errorf("encode schemas: %w", err)
+// register sends the node's record and its schema set to the controllers,
+// retrying until one has stored them or ctx ends (no controller may be up
+// yet). Each try starts the session anew (online_since), so a broadcast
+// resolved while no controller had this node registered is not taken for
+// one meant for it.
+func (a *Agent) register(ctx context.Context) error {
+	for {
+		a.mu.Lock()
+		a.info.Status = api.NodeOnline
+		a.info.OnlineSince = time.Now().UTC()
+		a.mu.Unlock()
+		err := a.registerOnce(ctx, opTimeout)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("waiting for a controller: %w", err)
+		}
+		if !errors.Is(err, nats.ErrNoResponders) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for a controller: %w", ctx.Err())
+		case <-time.After(250 * time.Millisecond):
+		}
 	}
-	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+}
+
+// registerOnce sends the registration once (status online, a fresh
+// last_seen) and waits up to d for a controller's answer.
+func (a *Agent) registerOnce(ctx context.Context, d time.Duration) error {
+	a.mu.Lock()
+	a.info.LastSeen = time.Now().UTC()
+	stored := a.info
+	a.mu.Unlock()
+	stored.Schemas = nil
+	data, err := json.Marshal(api.NodeRegistration{Node: stored, Schemas: a.schemasJSON})
+	if err != nil {
+		return fmt.Errorf("encode registration: %w", err)
+	}
+	return a.ask(ctx, d, api.NodeRegisterSubject(a.id), data)
+}
+
+// ask sends a request to the controllers' intake and waits up to d for
+// the answer: nil once stored, the controller's error otherwise.
+func (a *Agent) ask(ctx context.Context, d time.Duration, subject string, data []byte) error {
+	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
-	if _, err := a.schemaKV.Create(ctx, a.digest, data); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
-		return fmt.Errorf("register schemas %s: %w", a.digest, err)
+	reply, err := a.nc.RequestWithContext(ctx, subject, data)
+	if err != nil {
+		return err
+	}
+	return storeReply(reply.Data)
+}
+
+// storeReply reads a controller's answer to a report, registration or
+// heartbeat.
+func storeReply(data []byte) error {
+	var r api.StoreReply
+	if err := json.Unmarshal(data, &r); err != nil {
+		return fmt.Errorf("undecodable answer from the controller: %.200q", data)
+	}
+	if r.Error != "" {
+		return fmt.Errorf("controller: %s", r.Error)
 	}
 	return nil
 }
@@ -363,9 +401,14 @@ func (a *Agent) subscribe() error {
 	return nil
 }
 
-// putInfo writes NodeInfo with the given status and a fresh last_seen. The
-// nodes bucket holds the digest only, so heartbeats stay small.
+// putInfo sends NodeInfo with the given status and a fresh last_seen as a
+// heartbeat, which a controller stores in the nodes bucket. The record
+// holds the digest only, so heartbeats stay small.
 func (a *Agent) putInfo(ctx context.Context, status string) error {
+	return a.putInfoWithin(ctx, status, opTimeout)
+}
+
+func (a *Agent) putInfoWithin(ctx context.Context, status string, d time.Duration) error {
 	a.mu.Lock()
 	a.info.Status = status
 	a.info.LastSeen = time.Now().UTC()
@@ -376,10 +419,8 @@ func (a *Agent) putInfo(ctx context.Context, status string) error {
 	if err != nil {
 		return fmt.Errorf("encode node info: %w", err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, opTimeout)
-	defer cancel()
-	if _, err := a.nodesKV.Put(ctx, a.id, data); err != nil {
-		return fmt.Errorf("put node %s: %w", a.id, err)
+	if err := a.ask(ctx, d, api.NodeHeartbeatSubject(a.id), data); err != nil {
+		return fmt.Errorf("heartbeat of node %s: %w", a.id, err)
 	}
 	return nil
 }
@@ -395,26 +436,25 @@ func (a *Agent) heartbeat(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		// A beat waits at most one interval for its answer: while the
+		// nodes bucket has no leader (a server of a cluster failing over)
+		// a longer wait would stretch the beat, yet the controllers still
+		// hear this node (their put is also a core message).
+		d := a.cfg.HeartbeatInterval.D()
 		// After a reconnect the server may be a fresh one that lost the
-		// schemas bucket's contents; put the set back so controllers can
-		// still resolve this node's digest.
-		// A beat's writes wait at most one interval for their acks: while
-		// a bucket has no leader (a server of a cluster failing over) a
-		// longer wait would stretch the beat, yet every try's publish
-		// still reaches the controllers' core subscription, which is what
-		// keeps this node online in their eyes.
-		hctx, cancel := context.WithTimeout(ctx, a.cfg.HeartbeatInterval.D())
+		// schemas bucket's contents: register again (schemas included) so
+		// controllers can still resolve this node's digest.
 		if r := a.nc.Stats().Reconnects; r != reconnects {
-			if err := a.registerSchemas(hctx); err != nil {
-				a.log.Warn("re-registering schemas after reconnect failed", "err", err)
+			if err := a.registerOnce(ctx, d); err != nil {
+				if ctx.Err() == nil {
+					a.log.Warn("registering again after reconnect failed", "err", err)
+				}
 			} else {
 				reconnects = r
 			}
-		}
-		if err := a.putInfo(hctx, api.NodeOnline); err != nil && ctx.Err() == nil {
+		} else if err := a.putInfoWithin(ctx, api.NodeOnline, d); err != nil && ctx.Err() == nil {
 			a.log.Warn("heartbeat failed", "err", err)
 		}
-		cancel()
 		a.sweep(time.Now())
 	}
 }

@@ -20,8 +20,7 @@ import (
 	"github.com/gridfleet/terraform-provider-grid/backends"
 	"github.com/gridfleet/terraform-provider-grid/backends/ping"
 	"github.com/gridfleet/terraform-provider-grid/backends/testbackend"
-	"github.com/gridfleet/terraform-provider-grid/internal/bus"
-	"github.com/gridfleet/terraform-provider-grid/internal/bus/embedded"
+	"github.com/gridfleet/terraform-provider-grid/controller"
 	"github.com/gridfleet/terraform-provider-grid/internal/testwait"
 )
 
@@ -45,19 +44,8 @@ func newHarness(t testing.TB) *harness {
 // benchmark waits for its own).
 func newHarnessCollecting(t testing.TB, collecting bool) *harness {
 	t.Helper()
-	dir := t.TempDir()
-	ctx, cancel := context.WithCancel(context.Background())
-	srv, err := embedded.StartServer(ctx, embedded.ServerConfig{Port: -1, DataDir: dir})
-	if err != nil {
-		cancel()
-		t.Fatalf("start NATS: %v", err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		srv.Shutdown()
-		srv.WaitForShutdown()
-	})
-	nc, err := nats.Connect(srv.ClientURL())
+	ctl := startController(t, "127.0.0.1:0")
+	nc, err := nats.Connect(ctl.NATSURL())
 	if err != nil {
 		t.Fatalf("connect: %v", err)
 	}
@@ -66,14 +54,9 @@ func newHarnessCollecting(t testing.TB, collecting bool) *harness {
 	if err != nil {
 		t.Fatalf("jetstream: %v", err)
 	}
-	tctx, tcancel := context.WithTimeout(ctx, 10*time.Second)
-	defer tcancel()
-	if err := bus.EnsureTopology(tctx, js, bus.DefaultTopology()); err != nil {
-		t.Fatalf("topology: %v", err)
-	}
-	h := &harness{t: t, url: srv.ClientURL(), nc: nc, js: js}
-	// Final results go to the results stream, running and progress reports
-	// to the progress subject.
+	h := &harness{t: t, url: ctl.NATSURL(), nc: nc, js: js}
+	// Final results are stored by the controller in the results stream,
+	// running and progress reports go to the progress subject.
 	collect := func(m *nats.Msg) {
 		var r api.TaskResult
 		if err := json.Unmarshal(m.Data, &r); err != nil {
@@ -102,6 +85,38 @@ func newHarnessCollecting(t testing.TB, collecting bool) *harness {
 		t.Fatalf("flush: %v", err)
 	}
 	return h
+}
+
+// startController starts a real controller (insecure: the agent tests
+// are about the agent, security_test.go in controller about the bus) with
+// its embedded NATS server on natsAddr; it stops at the end of the test,
+// after the test's agents (cleanups run last-registered first).
+func startController(t testing.TB, natsAddr string) *controller.Controller {
+	t.Helper()
+	cfg := controller.DefaultConfig()
+	cfg.DataDir = t.TempDir()
+	cfg.NATSAddr = natsAddr
+	cfg.APIAddr = "127.0.0.1:0"
+	cfg.Insecure = true
+	cfg.Logger = testLogger().With("test", t.Name(), "component", "controller")
+	ctl, err := controller.New(cfg)
+	if err != nil {
+		t.Fatalf("controller: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := ctl.Start(ctx); err != nil {
+		cancel()
+		t.Fatalf("start controller: %v", err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-ctl.Done():
+		case <-time.After(20 * time.Second):
+			t.Errorf("controller did not stop within 20s")
+		}
+	})
+	return ctl
 }
 
 func testLogger() *slog.Logger {

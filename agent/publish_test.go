@@ -2,51 +2,41 @@ package agent
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
 )
 
-func TestCheckPubAck(t *testing.T) {
+func TestStoreReply(t *testing.T) {
 	cases := []struct {
 		name    string
 		reply   string
 		wantErr string // "" for none
 	}{
-		{"ack", `{"stream":"results","seq":12}`, ""},
-		{"duplicate ack", `{"stream":"results","seq":12,"duplicate":true}`, ""},
-		{"ack with domain", `{"stream":"results","domain":"hub","seq":1}`, ""},
-		{"error", `{"error":{"code":503,"err_code":10077,"description":"maximum messages exceeded"}}`, "maximum messages exceeded"},
-		{"error with stream", `{"stream":"results","error":{"code":400,"err_code":10060,"description":"expected stream does not match"}}`, "expected stream does not match"},
-		{"empty", ``, "unexpected reply"},
-		{"garbage", `hello`, "unexpected reply"},
-		{"other json", `{"type":"io.nats.jetstream.api.v1.account_info_response"}`, "unexpected reply"},
-		{"undecodable error", `{"error":`, "undecodable reply"},
+		{"stored", `{}`, ""},
+		{"error", `{"error":"malformed result"}`, "malformed result"},
+		{"empty", ``, "undecodable"},
+		{"garbage", `hello`, "undecodable"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			err := checkPubAck([]byte(c.reply))
+			err := storeReply([]byte(c.reply))
 			switch {
 			case c.wantErr == "" && err != nil:
-				t.Errorf("checkPubAck(%s) = %v, want nil", c.reply, err)
+				t.Errorf("storeReply(%s) = %v, want nil", c.reply, err)
 			case c.wantErr != "" && (err == nil || !contains(err.Error(), c.wantErr)):
-				t.Errorf("checkPubAck(%s) = %v, want an error with %q", c.reply, err, c.wantErr)
+				t.Errorf("storeReply(%s) = %v, want an error with %q", c.reply, err, c.wantErr)
 			}
 		})
 	}
-	var apiErr *jetstream.APIError
-	if err := checkPubAck([]byte(`{"error":{"code":503,"err_code":10077,"description":"x"}}`)); !errors.As(err, &apiErr) || apiErr.Code != 503 {
-		t.Errorf("error ack gives %v, want the stream's APIError", err)
-	}
 }
 
-// A final result is stored in the results stream with its message id, so a
-// publish repeated after a lost acknowledgement is not stored twice.
+// A final result is stored by the controller in the results stream with a
+// message id of its making, so a report repeated after a lost answer is not
+// stored twice.
 func TestFinalStoredWithMsgID(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
@@ -70,29 +60,30 @@ func TestFinalStoredWithMsgID(t *testing.T) {
 	if got := stored.Header.Get(nats.MsgIdHdr); got != wantID {
 		t.Errorf("stored %s = %q, want %q", nats.MsgIdHdr, got, wantID)
 	}
-	// The same message again, as a retry after a lost ack would send it:
-	// acknowledged, not stored a second time.
-	again := &nats.Msg{Subject: subject, Data: stored.Data, Header: nats.Header{nats.MsgIdHdr: {wantID}}}
+	// The same report again, as a retry after a lost answer would send it:
+	// answered, not stored a second time.
+	report := api.ReportSubject("jmsgid", 0, "msgid1")
+	again := &nats.Msg{Subject: report, Data: stored.Data}
 	if err := a.publishStored(again); err != nil {
-		t.Fatalf("publishing again: %v", err)
+		t.Fatalf("reporting again: %v", err)
 	}
 	after, err := stream.GetLastMsgForSubject(ctx, subject)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if after.Sequence != stored.Sequence {
-		t.Errorf("a repeated publish was stored again: sequence %d, then %d", stored.Sequence, after.Sequence)
+		t.Errorf("a repeated report was stored again: sequence %d, then %d", stored.Sequence, after.Sequence)
 	}
-	// A new id is stored.
-	other := &nats.Msg{Subject: subject, Data: stored.Data, Header: nats.Header{nats.MsgIdHdr: {"other"}}}
-	if err := a.publishStored(other); err != nil {
-		t.Fatalf("publishing with a new id: %v", err)
+	// One sent again for a repeated command is stored again.
+	resent := &nats.Msg{Subject: report, Data: stored.Data, Header: nats.Header{api.ReportResendHdr: {"1"}}}
+	if err := a.publishStored(resent); err != nil {
+		t.Fatalf("resending: %v", err)
 	}
 	if last, err := stream.GetLastMsgForSubject(ctx, subject); err != nil || last.Sequence == stored.Sequence {
-		t.Errorf("a publish with a new id was not stored (%v)", err)
+		t.Errorf("a resent result was not stored (%v)", err)
 	}
-	// Nothing captures this subject: an error, not an acknowledgement.
+	// Nobody takes this subject: an error, not an acknowledgement.
 	if err := a.publishStored(&nats.Msg{Subject: "nostream.x", Data: []byte("x")}); err == nil {
-		t.Error("publishing where no stream listens succeeded")
+		t.Error("publishing where no controller listens succeeded")
 	}
 }

@@ -4,47 +4,27 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
-	"github.com/gridfleet/terraform-provider-grid/internal/bus"
+	"github.com/gridfleet/terraform-provider-grid/controller"
 	"github.com/gridfleet/terraform-provider-grid/internal/bus/embedded"
 )
 
-// TestReregistersAfterServerLosesState replaces the server with an empty one
-// on the same port: after reconnecting, the agent must put its schemas and
-// NodeInfo back and still hear commands.
+// TestReregistersAfterServerLosesState replaces the controller and its
+// server with new ones, with no state, on the same port: after
+// reconnecting, the agent must register its schemas and NodeInfo again
+// and still hear commands.
 func TestReregistersAfterServerLosesState(t *testing.T) {
 	t.Parallel()
-	start := func(port int) *server.Server {
-		t.Helper()
-		srv, err := embedded.StartServer(context.Background(), embedded.ServerConfig{Port: port, DataDir: t.TempDir()})
-		if err != nil {
-			t.Fatalf("start NATS: %v", err)
-		}
-		nc, err := nats.Connect(srv.ClientURL())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer nc.Close()
-		js, _ := jetstream.New(nc)
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := bus.EnsureTopology(ctx, js, bus.DefaultTopology()); err != nil {
-			t.Fatalf("topology: %v", err)
-		}
-		return srv
-	}
-	first := start(-1)
-	port := first.Addr().(*net.TCPAddr).Port
-	url := first.ClientURL()
+	first := startControllerFor(t, "127.0.0.1:0")
+	url := first.NATSURL()
+	port := strings.TrimPrefix(url, "nats://127.0.0.1:")
 
 	a, err := New(Config{Name: "phoenix", NATSURLs: []string{url}, HeartbeatInterval: Duration(100 * time.Millisecond),
 		ShutdownGrace: Duration(time.Second), Registry: testRegistry(t, &probe{}), Logger: testLogger()})
@@ -55,9 +35,8 @@ func TestReregistersAfterServerLosesState(t *testing.T) {
 	if err := a.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	first.Shutdown()
-	first.WaitForShutdown()
-	second := start(port)
+	first.stop()
+	second := startControllerFor(t, "127.0.0.1:"+port)
 	t.Cleanup(func() {
 		stop()
 		select {
@@ -65,7 +44,7 @@ func TestReregistersAfterServerLosesState(t *testing.T) {
 		case <-time.After(15 * time.Second):
 			t.Error("agent did not stop")
 		}
-		second.Shutdown()
+		second.stop()
 	})
 
 	nc, err := nats.Connect(url)
@@ -117,7 +96,7 @@ func TestReregistersAfterServerLosesState(t *testing.T) {
 
 func TestStartFailsWithoutController(t *testing.T) {
 	t.Parallel()
-	// A server without the topology: no controller ever created the buckets.
+	// A server without a controller: nobody answers the registration.
 	srv, err := embedded.StartServer(context.Background(), embedded.ServerConfig{Port: -1, DataDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
@@ -141,4 +120,47 @@ func TestStartFailsWithoutController(t *testing.T) {
 	if err := a.Start(context.Background()); err == nil {
 		t.Error("a second Start succeeded")
 	}
+}
+
+// stoppable is a controller a test stops when it chooses.
+type stoppable struct {
+	t      testing.TB
+	url    string
+	cancel context.CancelFunc
+	done   <-chan struct{}
+}
+
+func (s *stoppable) NATSURL() string { return s.url }
+
+func (s *stoppable) stop() {
+	s.cancel()
+	select {
+	case <-s.done:
+	case <-time.After(20 * time.Second):
+		s.t.Errorf("controller did not stop within 20s")
+	}
+}
+
+// startControllerFor starts an insecure controller with its embedded NATS
+// on natsAddr, stopped by stop (or at the end of the test).
+func startControllerFor(t testing.TB, natsAddr string) *stoppable {
+	t.Helper()
+	cfg := controller.DefaultConfig()
+	cfg.DataDir = t.TempDir()
+	cfg.NATSAddr = natsAddr
+	cfg.APIAddr = "127.0.0.1:0"
+	cfg.Insecure = true
+	cfg.Logger = testLogger().With("test", t.Name(), "component", "controller")
+	ctl, err := controller.New(cfg)
+	if err != nil {
+		t.Fatalf("controller: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := ctl.Start(ctx); err != nil {
+		cancel()
+		t.Fatalf("start controller: %v", err)
+	}
+	s := &stoppable{t: t, url: ctl.NATSURL(), cancel: cancel, done: ctl.Done()}
+	t.Cleanup(s.stop)
+	return s
 }

@@ -1,21 +1,18 @@
 package agent
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
@@ -347,30 +344,31 @@ func (a *Agent) publishCore(t *task, r api.TaskResult) {
 	}
 }
 
-// publishFinal stores the final result in the results stream, retrying,
-// with a message id so a retry after a lost ack is not stored twice.
+// publishFinal sends the final result to the controllers, which store it
+// in the results stream, retrying until one answers that it did.
 func (a *Agent) publishFinal(t *task, r api.TaskResult) {
-	subject := a.fill(t, &r)
+	a.fill(t, &r)
+	subject := api.ReportSubject(r.JobID, r.TaskIndex, r.NodeID)
 	data, err := json.Marshal(r)
 	if err != nil {
 		t.log().Error("encode final result", "err", err)
 		return
 	}
-	msgID := r.JobID + "." + strconv.Itoa(r.TaskIndex) + "." + r.NodeID + "." + strconv.Itoa(r.Attempt)
 	a.mu.Lock()
 	a.finals.add(taskKey{job: r.JobID, step: r.TaskIndex, attempt: r.Attempt}, finalResult{subject: subject, data: data}, time.Now())
 	a.mu.Unlock()
-	a.storeFinal(t.traceCtx(), t.log, subject, data, msgID)
+	a.storeFinal(t.traceCtx(), t.log, subject, data, false)
 }
 
 // resendFinal answers a repeated command for a task that already finished
 // with the recorded result instead of running it again: a controller that
 // restarted (or took over the job) asks again because it never saw the
-// answer. The message id differs from the original's so the stream stores
-// it even within its duplicate window. The caller counted it in a.resends.
+// answer. It is marked as sent again, so the controller stores it under a
+// new message id even within the stream's duplicate window. The caller
+// counted it in a.resends.
 func (a *Agent) resendFinal(log func() *slog.Logger, f finalResult) {
 	defer a.resends.Done()
-	a.storeFinal(context.Background(), log, f.subject, f.data, fmt.Sprintf("resend.%s.%d", f.subject, time.Now().UnixNano()))
+	a.storeFinal(context.Background(), log, f.subject, f.data, true)
 }
 
 // publishPolicy paces the tries of a final result's publish.
@@ -378,12 +376,18 @@ var publishPolicy = retry.Policy{
 	Initial: 100 * time.Millisecond, Multiplier: 2, Max: publishBackoffMax, Jitter: 0.2, MaxElapsed: publishFor,
 }
 
-// storeFinal publishes a final result to the results stream; traceCtx's
-// span travels in the message headers. It retries until publishFor has
-// passed, the connection is closed, or the agent stops publishing (a.pubCtx).
-// log is called only when there is something to log.
-func (a *Agent) storeFinal(traceCtx context.Context, log func() *slog.Logger, subject string, data []byte, msgID string) {
-	msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{nats.MsgIdHdr: {msgID}}}
+// storeFinal sends a final result to the controllers' intake as a request;
+// traceCtx's span travels in the message headers. It retries (no
+// controller answering, a timeout, a controller's error) until publishFor
+// has passed, the connection is closed, or the agent stops publishing
+// (a.pubCtx). The controller stores the same attempt's result once,
+// however often it comes. log is called only when there is something to
+// log.
+func (a *Agent) storeFinal(traceCtx context.Context, log func() *slog.Logger, subject string, data []byte, resend bool) {
+	msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}
+	if resend {
+		msg.Header.Set(api.ReportResendHdr, "1")
+	}
 	bus.InjectTrace(traceCtx, msg)
 	err := retry.Do(a.pubCtx, publishPolicy, func(try int) error {
 		err := a.publishStored(msg)
@@ -400,49 +404,19 @@ func (a *Agent) storeFinal(traceCtx context.Context, log func() *slog.Logger, su
 	}
 }
 
-// publishStored publishes msg as a request to the stream that captures its
-// subject and returns nil once the stream acknowledged storing it (or
-// recognised its Nats-Msg-Id as a duplicate). It is what the jetstream
-// package's PublishMsg does, without decoding every acknowledgement into a
-// PubAck: a plain request on the connection's shared reply subscription,
-// whose reply checkPubAck reads.
+// publishStored sends msg as a request to the controllers' intake and
+// returns nil once a controller answered that it stored it.
 func (a *Agent) publishStored(msg *nats.Msg) error {
 	ctx, cancel := context.WithTimeout(a.pubCtx, opTimeout)
 	defer cancel()
 	reply, err := a.nc.RequestMsgWithContext(ctx, msg)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
-			return fmt.Errorf("no stream stores %s: %w", msg.Subject, jetstream.ErrNoStreamResponse)
+			return fmt.Errorf("no controller takes %s: %w", msg.Subject, err)
 		}
 		return err
 	}
-	return checkPubAck(reply.Data)
-}
-
-// checkPubAck reads a stream's reply to a publish: nil for an
-// acknowledgement ({"stream":…,"seq":…}), the stream's error for an error
-// reply, and an error for anything else.
-func checkPubAck(reply []byte) error {
-	if !bytes.Contains(reply, []byte(`"error"`)) {
-		if bytes.Contains(reply, []byte(`"stream":`)) {
-			return nil
-		}
-		return fmt.Errorf("unexpected reply to a stored publish: %.200q", reply)
-	}
-	var ack struct {
-		Error *jetstream.APIError `json:"error"`
-	}
-	if err := json.Unmarshal(reply, &ack); err != nil {
-		return fmt.Errorf("undecodable reply to a stored publish: %w", err)
-	}
-	if ack.Error == nil {
-		// "error" appeared inside a value of a good acknowledgement.
-		if bytes.Contains(reply, []byte(`"stream":`)) {
-			return nil
-		}
-		return fmt.Errorf("unexpected reply to a stored publish: %.200q", reply)
-	}
-	return ack.Error
+	return storeReply(reply.Data)
 }
 
 // progress forwards a backend's progress reports, at most one per

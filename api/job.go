@@ -4,6 +4,7 @@
 package api
 
 import (
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"time"
@@ -406,3 +407,18 @@ type ErrorBody struct {
 
 // SubmitResponse is the body of a 202 from POST /job.
 type SubmitResponse = Job
+
+// NodeRegistration is what an agent sends on NodeRegisterSubject: its
+// record (SchemaDigest set, Schemas empty) and its schema set as encoded,
+// whose digest (SchemaDigestOf) the controller computes and compares with
+// the record's before it stores the set under it.
+type NodeRegistration struct {
+	Node    NodeInfo        `json:"node"`
+	Schemas json.RawMessage `json:"schemas"`
+}
+
+// StoreReply is a controller's answer to an agent's report, registration
+// or heartbeat: empty once stored, or why it was not.
+type StoreReply struct {
+	Error string `json:"error,omitempty"`
+}

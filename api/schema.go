@@ -276,8 +276,10 @@ type Catalog struct {
 
 // MergeSchemas merges schema sets: a backend offered by several nodes is
 // listed once, with the union of its actions (the first declaration of an
-// action wins, except that an action one node marks dangerous is dangerous:
-// the controller's policy must not depend on which node answered first).
+// action wins, except that an action one node marks dangerous is dangerous
+// and a param one node marks sensitive is sensitive: the controller's
+// policy, and whether a value is stored in clear, must not depend on which
+// node registered first).
 func MergeSchemas(sets ...[]BackendSchema) []BackendSchema {
 	byName := map[string]*BackendSchema{}
 	var order []string
@@ -293,10 +295,22 @@ func MergeSchemas(sets ...[]BackendSchema) []BackendSchema {
 			for _, a := range b.Actions {
 				i := slices.IndexFunc(m.Actions, func(x ActionSchema) bool { return x.Name == a.Name })
 				if i < 0 {
+					// A copy of the params: flags are raised on it below,
+					// never on a node's own set.
+					a.Params = slices.Clone(a.Params)
 					m.Actions = append(m.Actions, a)
 					continue
 				}
 				m.Actions[i].Dangerous = m.Actions[i].Dangerous || a.Dangerous
+				for _, p := range a.Params {
+					if !p.Sensitive {
+						continue
+					}
+					j := slices.IndexFunc(m.Actions[i].Params, func(x ParamSchema) bool { return x.Name == p.Name })
+					if j >= 0 {
+						m.Actions[i].Params[j].Sensitive = true
+					}
+				}
 			}
 		}
 	}

@@ -99,3 +99,40 @@ func JobResultsSubject(jobID string) string { return "result." + jobID + ".>" }
 
 // CancelSubject tells agents to stop a job's running tasks.
 func CancelSubject(jobID string) string { return "cancel." + jobID }
+
+// Core subjects an agent publishes on. No stream captures them: a
+// controller (queue group) validates each message and stores what it
+// holds itself, so no reply subject or header an agent chooses reaches
+// JetStream (DESIGN.md, "Bus security").
+const (
+	// SubjectReportAll is what controllers take final results on.
+	SubjectReportAll = "report.*.*.*"
+	// SubjectNodeRegisterAll and SubjectNodeHeartbeatAll are what
+	// controllers take node records on.
+	SubjectNodeRegisterAll  = "node.register.*"
+	SubjectNodeHeartbeatAll = "node.heartbeat.*"
+	// ReportResendHdr marks a final result sent again for a repeated
+	// command: the controller stores it under a fresh message id of its
+	// own, so it is not taken for a duplicate of the first.
+	ReportResendHdr = "Grid-Resend"
+)
+
+// ReportSubject is where a node sends a step's final result to the
+// controllers: report.<job>.<step>.<node> (a request; the answer is a
+// StoreReply once the result is stored under ResultSubject).
+func ReportSubject(jobID string, step int, node string) string {
+	return "report." + jobID + "." + strconv.Itoa(step) + "." + node
+}
+
+// NodeReportSubjects and NodeProgressSubjects are the subjects a node may
+// publish its final results and progress reports on.
+func NodeReportSubjects(node string) string   { return "report.*.*." + node }
+func NodeProgressSubjects(node string) string { return "progress.*.*." + node }
+
+// NodeRegisterSubject is where a node registers (a request carrying a
+// NodeRegistration): node.register.<id>.
+func NodeRegisterSubject(node string) string { return "node.register." + node }
+
+// NodeHeartbeatSubject is where a node refreshes its record (a request
+// carrying NodeInfo without schemas): node.heartbeat.<id>.
+func NodeHeartbeatSubject(node string) string { return "node.heartbeat." + node }

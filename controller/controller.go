@@ -46,6 +46,8 @@ type Controller struct {
 	// sec is the embedded server's TLS and authentication; nil when
 	// insecure or on an external NATS.
 	sec *security
+	// replies answers requests in their sender's own inbox only.
+	replies *replies
 	// natsOpts connect to NATS as this controller.
 	natsOpts []nats.Option
 	// tokens are the API tokens; adminToken is the one in the data dir.
@@ -196,6 +198,7 @@ func (c *Controller) Start(ctx context.Context) (err error) {
 		{"nodes", c.setupNodes},
 		{"tokens", c.setupTokens},
 		{"jobs", c.setupJobs},
+		{"agent intake", c.setupIntake},
 		{"API", c.setupAPI},
 	}
 	for _, step := range steps {
@@ -253,6 +256,7 @@ func (c *Controller) setupIdentity(context.Context, *startup) error {
 	}
 	c.id = id
 	c.log = c.log.With("controller", id)
+	c.replies = &replies{log: c.log}
 	c.started = time.Now().UTC()
 	return nil
 }
@@ -387,6 +391,7 @@ func (c *Controller) setupNodes(ctx context.Context, s *startup) error {
 	if c.sec != nil {
 		c.reg.admitted = c.sec.admitted
 		c.sec.forget = c.reg.forget
+		c.sec.replies = c.replies
 		enrollKV, err := c.js.KeyValue(ctx, api.BucketEnrollments)
 		if err == nil {
 			err = c.sec.watch(s.runCtx, &c.loops, enrollKV)
@@ -442,6 +447,24 @@ func (c *Controller) setupJobs(_ context.Context, s *startup) error {
 		return fmt.Errorf("subscribe cancellations: %w", err)
 	}
 	s.subs = append(s.subs, cancelSub)
+	return nil
+}
+
+// setupIntake takes the agents' reports, registrations and heartbeats
+// and stores them (intake.go); it stops at shutdown after the runs.
+func (c *Controller) setupIntake(ctx context.Context, s *startup) error {
+	schemasKV, err := c.js.KeyValue(ctx, api.BucketSchemas)
+	if err != nil {
+		return err
+	}
+	in, err := c.startIntake(schemasKV)
+	if err != nil {
+		return err
+	}
+	c.loops.Go(func() {
+		<-s.runCtx.Done()
+		in.close()
+	})
 	return nil
 }
 

@@ -24,3 +24,7 @@ func (c *Controller) APIRoutes() []RouteRole {
 func (c *Controller) OnScheduleClaim(fn func(jobID string) bool) {
 	c.scheduleClaimed.Store(&fn)
 }
+
+// RefusedReplies counts the requests this controller dropped because their
+// reply subject was not their sender's own inbox.
+func (c *Controller) RefusedReplies() int64 { return c.replies.refused.Load() }

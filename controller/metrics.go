@@ -121,6 +121,15 @@ func newMetrics(c *Controller) *metrics {
 			defer c.mu.Unlock()
 			return float64(len(c.runs))
 		}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "grid_bus_replies_refused_total",
+			Help: "Requests to this controller (enrollments, agents' reports, registrations and heartbeats) dropped unanswered because their reply subject was not their sender's own inbox.",
+		}, func() float64 {
+			if c.replies == nil {
+				return 0
+			}
+			return float64(c.replies.refused.Load())
+		}),
 		&nodeCollector{c: c},
 		&natsCollector{c: c},
 		&replicaCollector{c: c},

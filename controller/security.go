@@ -44,6 +44,8 @@ type security struct {
 	kv jetstream.KeyValue
 	// forget drops a node from the registry when it is no longer admitted.
 	forget func(id string)
+	// replies answers enrollment requests in the requester's inbox only.
+	replies *replies
 
 	mu      sync.RWMutex
 	byNode  map[string]*api.Enrollment
@@ -139,23 +141,20 @@ func (s *security) Check(c server.ClientAuthentication) bool {
 }
 
 // agentPermissions are all an admitted agent may do: hear its own node's
-// commands, its groups' and everyone's, and cancellations; report its own
-// results and progress; put its own node record and schema sets (a KV put
-// is a publish on $KV.<bucket>.<key>), look the two buckets up, and read
-// its own replies. Nothing else on JetStream.
+// commands, its groups' and everyone's, and cancellations; send its own
+// final results, progress, registration and heartbeats as core messages
+// (a controller validates and stores them); read its own replies. No
+// JetStream at all: no subject it may publish is captured by a stream or
+// reaches the JetStream API, so no reply subject or header it chooses is
+// ever acted on with the server's rights.
 func agentPermissions(e *api.Enrollment) *server.Permissions {
 	id := e.NodeID
 	sub := append(api.AgentCommandSubjects(id, e.Groups), api.SubjectCancelAll, api.AgentInboxPrefix(e.PublicKey)+".>")
 	pub := []string{
-		"result.*.*." + id,
-		"progress.*.*." + id,
-		"$KV." + api.BucketNodes + "." + id,
-		// Any digest: the registry checks that a set hashes to its key.
-		"$KV." + api.BucketSchemas + ".*",
-		"$JS.API.STREAM.INFO.KV_" + api.BucketNodes,
-		"$JS.API.STREAM.INFO.KV_" + api.BucketSchemas,
-		// A create of an existing key reads it (the set is public anyway).
-		"$JS.API.DIRECT.GET.KV_" + api.BucketSchemas + ".>",
+		api.NodeReportSubjects(id),
+		api.NodeProgressSubjects(id),
+		api.NodeRegisterSubject(id),
+		api.NodeHeartbeatSubject(id),
 		api.EnrollSubject(e.PublicKey),
 	}
 	return &server.Permissions{
@@ -287,6 +286,11 @@ func (s *security) joinToken() string {
 // server lets each connection publish only on its own).
 func (s *security) onEnroll(m *nats.Msg) {
 	key := strings.TrimPrefix(m.Subject, "grid.enroll.")
+	// Only to the key's own inbox: any key may ask, and an answer written
+	// elsewhere would be written with this controller's rights.
+	if !s.replies.ownInbox(m, key) {
+		return
+	}
 	reply := func(r api.EnrollReply) {
 		b, _ := json.Marshal(r)
 		_ = m.Respond(b)

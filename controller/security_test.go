@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gridfleet/terraform-provider-grid/agent"
 	"github.com/gridfleet/terraform-provider-grid/api"
@@ -52,6 +51,25 @@ func connectAs(t *testing.T, f *fleet.Fleet, node string, extra ...nats.Option) 
 	}
 	t.Cleanup(bc.nc.Close)
 	return bc, nil
+}
+
+// ask sends a request as the agent does (reply in its own inbox) and
+// returns the controller's answer as an error.
+func (bc *busClient) ask(ctx context.Context, subject string, data []byte) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	m, err := bc.nc.RequestWithContext(ctx, subject, data)
+	if err != nil {
+		return err
+	}
+	var r api.StoreReply
+	if err := json.Unmarshal(m.Data, &r); err != nil {
+		return err
+	}
+	if r.Error != "" {
+		return errors.New(r.Error)
+	}
+	return nil
 }
 
 // refused runs act and waits for the server to report a permissions
@@ -198,14 +216,14 @@ func TestAgentCannotClaimAGroup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	js, _ := jetstream.New(a.nc)
-	kv, err := js.KeyValue(ctx, api.BucketNodes)
+	cur, err := f.Client().GetNode(ctx, "node-2")
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec, _ := json.Marshal(api.NodeInfo{ID: "node-2", Groups: []string{"web.prod"}, Status: api.NodeOnline, LastSeen: time.Now().UTC()})
-	if _, err := kv.Put(ctx, "node-2", rec); err != nil {
-		t.Fatalf("node-2 puts its own record: %v", err)
+	rec, _ := json.Marshal(api.NodeInfo{ID: "node-2", Groups: []string{"web.prod"}, Status: api.NodeOnline,
+		SchemaDigest: cur.SchemaDigest, OnlineSince: cur.OnlineSince, LastSeen: time.Now().UTC()})
+	if err := a.ask(ctx, api.NodeHeartbeatSubject("node-2"), rec); err != nil {
+		t.Fatalf("node-2 sends its own record: %v", err)
 	}
 	time.Sleep(300 * time.Millisecond)
 	n, err := f.Client().GetNode(ctx, "node-2")

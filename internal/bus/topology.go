@@ -401,6 +401,20 @@ func (t Topology) Names() (streams, buckets []string) {
 	return streams, buckets
 }
 
+// CapturedSubjects are the subjects the topology's streams store: each
+// stream's own, and $KV.<bucket>.> for each bucket.
+func (t Topology) CapturedSubjects() []string {
+	ss, bs := t.configs()
+	var out []string
+	for _, s := range ss {
+		out = append(out, s.Subjects...)
+	}
+	for _, b := range bs {
+		out = append(out, "$KV."+b.Bucket+".>")
+	}
+	return out
+}
+
 // KVStream is the name of the stream that holds a KV bucket.
 func KVStream(bucket string) string { return "KV_" + bucket }
 

@@ -262,7 +262,7 @@ func TestClusterSurvivesControllerKill(t *testing.T) {
 // idleStreams are the streams and buckets this test need not write after
 // the start.
 var idleStreams = map[string]bool{api.BucketTokens: true, api.BucketKeys: true, api.BucketJobSecrets: true, api.BucketEnrollments: true,
-	api.BucketSchemas:    true, // schemas: written again only by agents that reconnect
+	api.BucketSchemas:    true, // schemas: written again only by a controller when an agent registers a set it does not hold
 	api.BucketRateLimits: true, // rate_limits: written only when a limited task starts
 	api.BucketSchedules:  true} // schedules: written only when a schedule changes or fires
 
