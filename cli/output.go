@@ -112,11 +112,14 @@ func yesNo(b bool) string {
 	return "no"
 }
 
+// orDash is s, or "-" when empty, with control characters escaped: the
+// text comes from the controller, and from nodes through it, and must not
+// drive the terminal (ANSI escapes).
 func orDash(s string) string {
 	if s == "" {
 		return "-"
 	}
-	return s
+	return api.EscapeControl(s)
 }
 
 // jobElapsed is how long the job has run, or ran.

@@ -90,3 +90,26 @@ func TestJobTableRateLimited(t *testing.T) {
 		t.Errorf("progress view %q lacks the reason", lines)
 	}
 }
+
+// Text that reached the controller before it refused control characters
+// (or through a record written by an older version) is printed escaped:
+// it cannot drive the operator's terminal.
+func TestNodeOutputEscapesControlCharacters(t *testing.T) {
+	n := api.NodeInfo{ID: "node-1", Status: api.NodeOnline, Hostname: "web\x1b[2J\x1b]0;owned\x07", Version: "1.0\r\nX",
+		Groups: []string{"web"}, Backends: []string{"ping"}, LastSeen: time.Now()}
+	var list, one bytes.Buffer
+	if err := printNodeList(&list, []api.NodeInfo{n}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := printNode(&one, &n, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	for name, out := range map[string]string{"node list": list.String(), "node info": one.String()} {
+		if strings.ContainsAny(out, "\x1b\x07\r") {
+			t.Errorf("%s prints raw control characters: %q", name, out)
+		}
+		if !strings.Contains(out, `web\x1b[2J`) || !strings.Contains(out, `1.0\r\nX`) {
+			t.Errorf("%s does not show the escaped text: %q", name, out)
+		}
+	}
+}

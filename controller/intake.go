@@ -234,6 +234,14 @@ func (in *intake) nodeRecord(node string, n api.NodeInfo) ([]byte, error) {
 	if n.Status != api.NodeOnline && n.Status != api.NodeOffline {
 		return nil, fmt.Errorf("node status %q: want %s or %s", n.Status, api.NodeOnline, api.NodeOffline)
 	}
+	// Free text a node reports about itself is printed on operators'
+	// terminals and pages: control characters (ANSI escapes) are refused.
+	for field, v := range map[string]string{"hostname": n.Hostname, "version": n.Version, "seal_key": n.SealKey,
+		"schema_digest": n.SchemaDigest, "backends": strings.Join(n.Backends, ",")} {
+		if api.HasControl(v) {
+			return nil, fmt.Errorf("node record field %s holds control characters", field)
+		}
+	}
 	if in.c.sec != nil {
 		groups, ok := in.c.sec.admitted(node)
 		if !ok {
