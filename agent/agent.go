@@ -221,6 +221,8 @@ func New(cfg Config) (*Agent, error) {
 		SealKey:      sealKey.Public(),
 		Status:       api.NodeOffline,
 		Version:      Version,
+		// What the controllers hold node_offline_after against.
+		HeartbeatInterval: api.Duration(cfg.HeartbeatInterval.D()),
 	}
 	a.obs = newObserver(a)
 	return a, nil

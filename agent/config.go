@@ -23,7 +23,7 @@ var Version = "dev"
 // Defaults of an agent's settings.
 const (
 	DefaultNATSURL           = "nats://127.0.0.1:4222"
-	DefaultHeartbeatInterval = 10 * time.Second
+	DefaultHeartbeatInterval = api.DefaultHeartbeatInterval
 	DefaultTaskTimeout       = time.Hour
 	DefaultMaxConcurrent     = 32
 	DefaultShutdownGrace     = 30 * time.Second

@@ -357,6 +357,9 @@ type NodeInfo struct {
 	SealKey string `json:"seal_key,omitempty"`
 	Status  string `json:"status"`
 	Version string `json:"version,omitempty"`
+	// HeartbeatInterval is how often the agent re-sends its record; a
+	// controller warns when it is too long for its node_offline_after.
+	HeartbeatInterval Duration `json:"heartbeat_interval,omitempty"`
 	// OnlineSince is when the agent's current session registered.
 	OnlineSince time.Time `json:"online_since"`
 	LastSeen    time.Time `json:"last_seen"`

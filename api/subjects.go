@@ -3,7 +3,13 @@ package api
 import (
 	"strconv"
 	"strings"
+	"time"
 )
+
+// DefaultHeartbeatInterval is how often an agent re-sends its node record
+// unless configured otherwise; a controller's node_offline_after must be
+// well above it.
+const DefaultHeartbeatInterval = 10 * time.Second
 
 // Stream, bucket and subject names shared by controller and agents.
 const (

@@ -258,6 +258,10 @@ func (c *Controller) setupIdentity(context.Context, *startup) error {
 	c.log = c.log.With("controller", id)
 	c.replies = &replies{log: c.log}
 	c.started = time.Now().UTC()
+	if off := c.cfg.NodeOfflineAfter.D(); off < 2*api.DefaultHeartbeatInterval {
+		c.log.Warn("node_offline_after is less than twice the agents' default heartbeat_interval: agents left at their default will flap offline between beats; raise it or lower the agents' heartbeat_interval",
+			"node_offline_after", off, "default_heartbeat_interval", api.DefaultHeartbeatInterval)
+	}
 	return nil
 }
 

@@ -137,6 +137,12 @@ func (r *registry) apply(ctx context.Context, e jetstream.KeyValueEntry) {
 	}
 	r.mu.Lock()
 	prev := r.nodes[n.ID]
+	if hb := time.Duration(n.HeartbeatInterval); hb > 0 && 2*hb > r.offlineAfter &&
+		(prev == nil || prev.HeartbeatInterval != n.HeartbeatInterval) {
+		// One missed beat would take it offline: it would flap.
+		r.log.Warn("a node heartbeats too seldom for node_offline_after: it will be seen offline between beats; make node_offline_after at least twice its heartbeat_interval",
+			"node", n.ID, "heartbeat_interval", hb, "node_offline_after", r.offlineAfter)
+	}
 	r.nodes[n.ID] = &n
 	if prev == nil || prev.Status != n.Status || prev.OnlineSince != n.OnlineSince {
 		r.notifyLocked()
