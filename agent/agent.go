@@ -175,7 +175,9 @@ func New(cfg Config) (*Agent, error) {
 	schemas := reg.Schemas()
 	backendNames := make([]string, 0, len(schemas))
 	for _, s := range schemas {
-		backendNames = append(backendNames, s.Name)
+		if len(s.Actions) > 0 { // not one whose every action is off
+			backendNames = append(backendNames, s.Name)
+		}
 	}
 	sealKey, err := seal.NewKeyPair()
 	if err != nil {

@@ -68,6 +68,27 @@ type BackendSchema struct {
 	Name        string         `json:"name"`
 	Description string         `json:"description,omitempty"`
 	Actions     []ActionSchema `json:"actions"`
+	// Off names the backend's actions that are not enabled here (dangerous
+	// ones, off by default, or any an allow list leaves out), so a job that
+	// asks for one is told it is off and how to enable it, not that it
+	// does not exist.
+	Off []OffAction `json:"off,omitempty"`
+}
+
+// OffAction is an action a node has but does not enable.
+type OffAction struct {
+	Name      string `json:"name"`
+	Dangerous bool   `json:"dangerous,omitempty"`
+}
+
+// offAction finds an action the backend has but does not enable.
+func (b BackendSchema) offAction(name string) (OffAction, bool) {
+	for _, o := range b.Off {
+		if o.Name == name {
+			return o, true
+		}
+	}
+	return OffAction{}, false
 }
 
 // Action finds an action by name.
@@ -314,6 +335,23 @@ func MergeSchemas(sets ...[]BackendSchema) []BackendSchema {
 			}
 		}
 	}
+	// An action off on one node and enabled on another is offered; one
+	// off everywhere is off, dangerous if any node says so.
+	for _, set := range sets {
+		for _, b := range set {
+			m := byName[b.Name]
+			for _, o := range b.Off {
+				if _, on := m.Action(o.Name); on {
+					continue
+				}
+				if i := slices.IndexFunc(m.Off, func(x OffAction) bool { return x.Name == o.Name }); i >= 0 {
+					m.Off[i].Dangerous = m.Off[i].Dangerous || o.Dangerous
+					continue
+				}
+				m.Off = append(m.Off, o)
+			}
+		}
+	}
 	sort.Strings(order)
 	out := make([]BackendSchema, 0, len(order))
 	for _, n := range order {
@@ -348,6 +386,14 @@ func (c *Catalog) ValidateTask(field string, t Task, checkMode bool) error {
 		return invalid(field+".backend", "unknown backend %q (%s)", t.Backend, avail)
 	}
 	a, ok := b.Action(t.Action)
+	if off, isOff := b.offAction(t.Action); !ok && isOff {
+		why := "the allow list of the agents that offer " + t.Backend + " leaves it out"
+		if off.Dangerous {
+			why = "it is a dangerous action, off unless an agent's allow list names it"
+		}
+		return invalid(field+".action", "%s.%s is off on every node that offers %s (%s): add %s.%s to allow in the config of the agents that should run it (grid agent --allow)",
+			t.Backend, t.Action, t.Backend, why, t.Backend, t.Action)
+	}
 	if !ok {
 		return invalid(field+".action", "unknown action %q for backend %s (available: %s)",
 			t.Action, t.Backend, strings.Join(b.ActionNames(), ", "))

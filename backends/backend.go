@@ -147,15 +147,15 @@ func (r *Registry) Schemas() []api.BackendSchema {
 	for _, b := range r.backends {
 		s := b.Schema()
 		enabled := s
-		enabled.Actions = nil
+		enabled.Actions, enabled.Off = nil, nil
 		for _, a := range s.Actions {
 			if r.allow.Allows(s.Name, a) {
 				enabled.Actions = append(enabled.Actions, a)
+			} else {
+				enabled.Off = append(enabled.Off, api.OffAction{Name: a.Name, Dangerous: a.Dangerous})
 			}
 		}
-		if len(enabled.Actions) > 0 {
-			out = append(out, enabled)
-		}
+		out = append(out, enabled)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out

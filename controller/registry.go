@@ -359,7 +359,9 @@ func (r *registry) catalog() *api.Catalog {
 		}
 		set := r.schemas[n.SchemaDigest]
 		for _, b := range set {
-			counts[b.Name]++
+			if len(b.Actions) > 0 { // not a backend whose every action is off here
+				counts[b.Name]++
+			}
 		}
 		if !seen[n.SchemaDigest] {
 			seen[n.SchemaDigest] = true
