@@ -363,6 +363,11 @@ func TestSeedClientRunsUnchanged(t *testing.T) {
 		if tj.Status != api.JobPartialFailure || tj.SubmittedBy != "anonymous" {
 			t.Fatalf("token client sees %s submitted by %q, want partial_failure by anonymous", tj.Status, tj.SubmittedBy)
 		}
+		// GRID's long poll, asked without a token, answers the same view.
+		code, data := sc.call(http.MethodGet, "/job/"+id+"?wait=5s", nil)
+		if lj := sc.decode("GET /job?wait", data); code != http.StatusOK || lj.Status != "completed" {
+			t.Fatalf("long poll: %d %s, want 200 completed", code, lj.Status)
+		}
 		// In the list too, and its filter takes the seed's statuses.
 		var found bool
 		for _, lj := range sc.list("") {
