@@ -33,7 +33,9 @@ before. The controller stops on SIGINT or SIGTERM.
 
 Every API route but /healthz and /readyz wants a bearer token. At its first
 start the controller writes an admin token to DATA_DIR/admin-token (mode
-0600) and reuses it after; "grid token create" makes more.`,
+0600) and reuses it after; "grid token create" makes more. In a lab
+(--insecure) --anonymous-role lets clients without a token in, with that
+role.`,
 		Example: `  grid controller --data-dir /var/lib/grid
   grid controller --config /etc/grid/controller.yaml --api-addr 0.0.0.0:8765
   grid controller --name c1 --cluster-name grid --cluster-addr 0.0.0.0:6222 \
@@ -99,6 +101,7 @@ start the controller writes an admin token to DATA_DIR/admin-token (mode
 	f.Var(&o.flags.MemoryLimit, "memory-limit", "soft memory limit of the Go runtime for this process while no job runs, e.g. 300MiB; 0 for none (GOMEMLIMIT or GOGC in the environment take precedence)")
 	f.StringVar(&o.flags.DebugAddr, "debug-addr", def.DebugAddr, "serve the Go profiler (/debug/pprof/) and runtime memory figures (/debug/memory) on this host:port (off when empty)")
 	f.BoolVar(&o.flags.Insecure, "insecure", false, "run NATS without TLS or authentication and the API over plain HTTP (labs only: anyone who reaches NATS controls every node)")
+	f.StringVar((*string)(&o.flags.AnonymousRole), "anonymous-role", "", "with --insecure only: let requests without a token in with this role (read, operator or admin), answering the job routes in the seed's status set; empty: every request needs a token")
 	f.StringVar(&o.flags.APITLSCert, "api-tls-cert", "", "the API's HTTPS certificate (PEM; default: issued by DATA_DIR/ca.pem)")
 	f.StringVar(&o.flags.APITLSKey, "api-tls-key", "", "the key of --api-tls-cert (PEM)")
 	f.StringVar(&o.flags.APIClientCA, "api-client-ca", "", "require API clients to present a certificate of this CA (PEM file; mTLS)")
@@ -144,6 +147,7 @@ func controllerConfig(fs flagChanged, configFile string, flags *controller.Confi
 	setIfChanged(fs, "debug-addr", &cfg.DebugAddr, flags.DebugAddr)
 	setIfChanged(fs, "memory-limit", &cfg.MemoryLimit, flags.MemoryLimit)
 	setIfChanged(fs, "insecure", &cfg.Insecure, flags.Insecure)
+	setIfChanged(fs, "anonymous-role", &cfg.AnonymousRole, flags.AnonymousRole)
 	setIfChanged(fs, "api-tls-cert", &cfg.APITLSCert, flags.APITLSCert)
 	setIfChanged(fs, "api-tls-key", &cfg.APITLSKey, flags.APITLSKey)
 	setIfChanged(fs, "api-client-ca", &cfg.APIClientCA, flags.APIClientCA)

@@ -30,7 +30,23 @@ type route struct {
 type principal struct {
 	Name string
 	Role api.Role
+	// Anonymous: the request had no token and the controller (insecure,
+	// anonymous_role set) let it in as anonymousName. Its job answers use
+	// the seed's view (seedview.go).
+	Anonymous bool
 }
+
+// who names the principal in a message.
+func (p principal) who() string {
+	if p.Anonymous {
+		return "a request without a token (anonymous_role)"
+	}
+	return fmt.Sprintf("token %q", p.Name)
+}
+
+// anonymousName is the principal of a request without a token on a lab
+// controller with anonymous_role; submitted_by records it.
+const anonymousName = "anonymous"
 
 type principalKey struct{}
 
@@ -74,6 +90,16 @@ func (c *Controller) authorize(rt route) http.Handler {
 // role a route needs. A non-zero code is the refusal, with a message saying
 // what is wrong and what to do.
 func (c *Controller) authenticate(header, what string, need api.Role) (principal, int, string) {
+	if header == "" && c.cfg.Insecure && c.cfg.AnonymousRole != "" {
+		// Validate refuses anonymous_role without insecure; the check here
+		// keeps a secured controller closed whatever its config says.
+		p := principal{Name: anonymousName, Role: c.cfg.AnonymousRole, Anonymous: true}
+		if !p.Role.Includes(need) {
+			return p, http.StatusForbidden, fmt.Sprintf("requests without a token have role %s on this controller (anonymous_role), "+
+				"but %s needs role %s or higher; send \"Authorization: Bearer <token>\" with a token of that role", p.Role, what, need)
+		}
+		return p, 0, ""
+	}
 	if header == "" {
 		return principal{}, http.StatusUnauthorized, fmt.Sprintf("missing API token: %s needs a token with role %s or higher. "+
 			"Send \"Authorization: Bearer <token>\" (grid: --token or GRID_TOKEN; Terraform: the provider's token). "+
@@ -119,6 +145,11 @@ func (c *Controller) handleCreateToken(w http.ResponseWriter, r *http.Request) {
 	}
 	if reservedTokenName(req.Name) {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("name %q: admin and admin-* name the controllers' own admin tokens; pick another", req.Name))
+		return
+	}
+	if req.Name == anonymousName {
+		// submitted_by "anonymous" means a request without a token.
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("name %q names requests without a token (anonymous_role); pick another", req.Name))
 		return
 	}
 	role, err := api.ParseRole(string(req.Role))
@@ -171,8 +202,8 @@ func (c *Controller) checkPolicy(cat *api.Catalog, j *api.Job, p principal) erro
 				s.Path, t.Name(), strings.Join(c.cfg.Allow, ", "))
 		}
 		if a.Dangerous && !j.CheckMode && !slices.Contains(c.cfg.DangerousRoles, p.Role) {
-			return fmt.Errorf("%s: %s is a dangerous action: only tokens with role %s may submit it, and token %q has role %s. "+
-				"Run it in check mode to preview it, or ask an admin", s.Path, t.Name(), joinRoles(c.cfg.DangerousRoles), p.Name, p.Role)
+			return fmt.Errorf("%s: %s is a dangerous action: only tokens with role %s may submit it, and %s has role %s. "+
+				"Run it in check mode to preview it, or ask an admin", s.Path, t.Name(), joinRoles(c.cfg.DangerousRoles), p.who(), p.Role)
 		}
 	}
 	return nil

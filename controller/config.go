@@ -42,6 +42,13 @@ type Config struct {
 	// the HTTP API as plain HTTP, so tokens cross the network in clear.
 	// For labs only; the controller warns at every start.
 	Insecure bool `yaml:"insecure"`
+	// AnonymousRole, when set (read, operator or admin), lets a request
+	// without an Authorization header in as the principal "anonymous"
+	// with that role, so a client that knows no tokens (the seed's own
+	// client) can use the API; its answers on the job routes use the seed's
+	// status set (see DESIGN.md, "Anonymous access"). Only with insecure:
+	// true; empty (the default) means every request needs a token.
+	AnonymousRole api.Role `yaml:"anonymous_role"`
 	// APITLSCert and APITLSKey are the HTTPS certificate and key of the API
 	// (PEM files), e.g. from the operator's own CA. Unset, the API uses
 	// the data dir's server certificate, issued by the controller's CA
@@ -237,6 +244,15 @@ func (c Config) Validate() error {
 	}
 	if c.Insecure && (c.APITLSCert != "" || c.APIClientCA != "") {
 		errs = append(errs, errors.New("api_tls_cert, api_tls_key and api_client_ca need HTTPS; insecure: true serves the API as plain HTTP, so drop one or the other"))
+	}
+	if c.AnonymousRole != "" {
+		switch {
+		case c.AnonymousRole != api.RoleRead && c.AnonymousRole != api.RoleOperator && c.AnonymousRole != api.RoleAdmin:
+			errs = append(errs, fmt.Errorf("anonymous_role %q: want read, operator or admin, or leave it empty for no anonymous access", c.AnonymousRole))
+		case !c.Insecure:
+			errs = append(errs, fmt.Errorf("anonymous_role %s lets requests without a token in, which only a lab may do: "+
+				"it needs insecure: true (--insecure); on a secured controller leave it empty and give clients a token (grid token create)", c.AnonymousRole))
+		}
 	}
 	if c.ClusterName != "" && len(c.NATSURLs) > 0 {
 		errs = append(errs, errors.New("cluster_name joins the embedded server to a cluster; with nats_urls nothing is embedded, so set one or the other"))

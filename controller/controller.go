@@ -272,6 +272,9 @@ func (c *Controller) setupSecurity(context.Context, *startup) error {
 	switch {
 	case c.cfg.Insecure:
 		c.log.Warn("INSECURE: NATS runs without TLS or authentication and the HTTP API serves plain HTTP (tokens in clear); anyone who reaches NATS controls every node. Use this in a lab only.")
+		if c.cfg.AnonymousRole != "" {
+			c.log.Warn("ANONYMOUS: requests without a token are let in with role "+string(c.cfg.AnonymousRole)+" (anonymous_role); their job answers use the seed's statuses", "role", c.cfg.AnonymousRole)
+		}
 	case len(c.cfg.NATSURLs) == 0:
 		if c.sec, err = newSecurity(c.cfg, c.log); err != nil {
 			return err

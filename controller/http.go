@@ -146,12 +146,13 @@ func (c *Controller) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		writeRefusal(w, refuse(errInvalid, err))
 		return
 	}
-	job, err = c.submit(r.Context(), job, principalFrom(r.Context()))
+	p := principalFrom(r.Context())
+	job, err = c.submit(r.Context(), job, p)
 	if err != nil {
 		writeRefusal(w, err)
 		return
 	}
-	writeJSON(w, http.StatusAccepted, job)
+	writeJSON(w, http.StatusAccepted, jobView(p, job))
 }
 
 // maxNamedNodes bounds how many nodes an error names.
@@ -244,6 +245,15 @@ func (c *Controller) handleGetJob(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if data := c.waitTerminal(r.Context(), id, min(d, 60*time.Second)); data != nil {
+			if p := principalFrom(r.Context()); p.Anonymous {
+				var j api.Job
+				if err := json.Unmarshal(data, &j); err != nil {
+					writeError(w, http.StatusInternalServerError, fmt.Sprintf("job %s as stored: %v", id, err))
+					return
+				}
+				writeJSON(w, http.StatusOK, seedView(&j))
+				return
+			}
 			// The final state as stored, without decoding and encoding it
 			// again.
 			w.Header().Set("Content-Type", "application/json")
@@ -257,7 +267,7 @@ func (c *Controller) handleGetJob(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	writeJSON(w, http.StatusOK, j)
+	writeJSON(w, http.StatusOK, jobView(principalFrom(r.Context()), j))
 }
 
 // waitTerminal blocks until the job is terminal or d passes, and returns
@@ -386,8 +396,9 @@ func (c *Controller) handleCancel(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	p := principalFrom(r.Context())
 	if j.Status.Terminal() {
-		writeError(w, http.StatusConflict, fmt.Sprintf("job %s is already %s", id, j.Status))
+		writeError(w, http.StatusConflict, fmt.Sprintf("job %s is already %s", id, jobView(p, j).Status))
 		return
 	}
 	// A pending (or waiting) job is cancelled in place; the scheduler
@@ -421,7 +432,12 @@ func (c *Controller) handleCancel(w http.ResponseWriter, r *http.Request) {
 			j = cur
 		}
 	}
-	c.log.Info("job cancel requested", "job", id, "status", j.Status, "by", principalFrom(r.Context()).Name)
+	c.log.Info("job cancel requested", "job", id, "status", j.Status, "by", p.Name)
+	if p.Anonymous {
+		// Seed 000's client takes any answer but 200 for a failed cancel.
+		writeJSON(w, http.StatusOK, seedView(j))
+		return
+	}
 	writeJSON(w, http.StatusAccepted, j)
 }
 
@@ -441,6 +457,9 @@ func (c *Controller) handleListJobs(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
+	p := principalFrom(r.Context())
+	// An anonymous caller filters by the statuses it is shown.
+	q.seed = p.Anonymous
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
 	if err := c.jobIdx.waitReady(ctx); err != nil {
@@ -459,10 +478,10 @@ func (c *Controller) handleListJobs(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		// The index may be a moment behind a local run.
-		if q.status != "" && j.Status != q.status {
+		if !q.matches(j.Status) {
 			continue
 		}
-		out = append(out, j)
+		out = append(out, jobView(p, j))
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -184,6 +184,20 @@ type jobQuery struct {
 	status      api.JobStatus
 	submittedBy string
 	scheduleID  string
+	// seed: status is one of seed 000's, matched against each job's
+	// status as seedView shows it (completed takes partial_failure in).
+	seed bool
+}
+
+// matches reports whether a job with status st passes the status filter.
+func (q jobQuery) matches(st api.JobStatus) bool {
+	if q.status == "" {
+		return true
+	}
+	if q.seed {
+		st, _, _ = seedStatus(st, api.StepSuccess)
+	}
+	return st == q.status
 }
 
 // cursor is a position in the newest-first order: a job's creation time
@@ -213,7 +227,7 @@ func (x *jobIndex) page(q jobQuery) []string {
 	x.mu.RLock()
 	sel := make([]*indexEntry, 0, min(len(x.entries), 4*q.limit))
 	for _, e := range x.entries {
-		if q.status != "" && e.status != q.status {
+		if !q.matches(e.status) {
 			continue
 		}
 		if q.submittedBy != "" && e.submittedBy != q.submittedBy {
