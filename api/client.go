@@ -361,8 +361,25 @@ func (c *Client) read(resp *http.Response, method, path string, out any) error {
 
 // SubmitJob submits a job and returns it as accepted (status pending).
 func (c *Client) SubmitJob(ctx context.Context, spec *JobSpec) (*Job, error) {
+	return c.SubmitJobWith(ctx, spec, SubmitOptions{})
+}
+
+// SubmitOptions change how a controller takes a submission.
+type SubmitOptions struct {
+	// AllowEmpty submits a job whose target matches no node, online or
+	// offline (which is refused otherwise): it is stored and fails for
+	// want of nodes, as one whose nodes are all offline does.
+	AllowEmpty bool
+}
+
+// SubmitJobWith submits a job with options.
+func (c *Client) SubmitJobWith(ctx context.Context, spec *JobSpec, o SubmitOptions) (*Job, error) {
+	path := "/job"
+	if o.AllowEmpty {
+		path += "?allow_empty=true"
+	}
 	var j Job
-	if err := c.do(ctx, http.MethodPost, "/job", spec, &j); err != nil {
+	if err := c.do(ctx, http.MethodPost, path, spec, &j); err != nil {
 		return nil, err
 	}
 	return &j, nil

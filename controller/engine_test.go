@@ -301,6 +301,16 @@ func TestTargets(t *testing.T) {
 	if after, err := f.Client().ListJobs(context.Background()); err != nil || len(after) != len(before) {
 		t.Errorf("refused submissions stored jobs: %d before, %d after (%v)", len(before), len(after), err)
 	}
+	// Asked for (Terraform's allow_empty), such a job is taken, and fails
+	// for want of nodes.
+	spec, _ := api.ParseJobSpec([]byte("target: {scope: group, value: nothing}\ntasks: [{backend: ping, action: echo}]"))
+	j, err := f.Client().SubmitJobWith(context.Background(), spec, api.SubmitOptions{AllowEmpty: true})
+	if err != nil {
+		t.Fatalf("allow_empty submission: %v", err)
+	}
+	if j = wait(t, f, j.ID); j.Status != api.JobFailed || !strings.Contains(j.Error, "no online nodes") || len(j.Expected) != 0 {
+		t.Fatalf("allow_empty job: status %s error %q expected %v", j.Status, j.Error, j.Expected)
+	}
 }
 
 func TestTaskTimeoutAndRetries(t *testing.T) {

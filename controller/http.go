@@ -141,13 +141,20 @@ func (c *Controller) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "read request body: "+err.Error())
 		return
 	}
+	var opts submitOptions
+	if v := r.URL.Query().Get("allow_empty"); v != "" {
+		if opts.allowEmpty, err = strconv.ParseBool(v); err != nil {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("allow_empty=%q: want true or false", v))
+			return
+		}
+	}
 	job, err := decodeSubmission(body, c.catalog())
 	if err != nil {
 		writeRefusal(w, refuse(errInvalid, err))
 		return
 	}
 	p := principalFrom(r.Context())
-	job, err = c.submit(r.Context(), job, p)
+	job, err = c.submit(r.Context(), job, p, opts)
 	if err != nil {
 		writeRefusal(w, err)
 		return

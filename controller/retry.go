@@ -71,7 +71,7 @@ func (c *Controller) retry(ctx context.Context, id string, failedOnly bool, by p
 			return nil, refusef(errJobState, "job %s has no failed nodes to retry (status %s)", id, orig.Status)
 		}
 	}
-	return c.submit(ctx, job, by)
+	return c.submit(ctx, job, by, submitOptions{})
 }
 
 // retryJob is a new job with every setting of orig (what it runs, where,

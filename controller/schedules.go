@@ -301,7 +301,7 @@ func (c *Controller) submitTick(ctx context.Context, sc *api.Schedule, jobID str
 	job.ID, job.ScheduleID = jobID, sc.ID
 	by, err := c.scheduleCreator(sc)
 	if err == nil {
-		_, err = c.submit(ctx, job, by)
+		_, err = c.submit(ctx, job, by, submitOptions{})
 	}
 	switch {
 	case err == nil, errors.Is(err, errJobExists):

@@ -27,6 +27,14 @@ func decodeSubmission(body []byte, cat *api.Catalog) (*api.Job, error) {
 	return job, nil
 }
 
+// submitOptions change how submit takes a job.
+type submitOptions struct {
+	// allowEmpty takes a job whose target matches no node (POST
+	// /job?allow_empty=true: Terraform's allow_empty); it is stored and
+	// fails for want of online nodes when claimed.
+	allowEmpty bool
+}
+
 // submit is the one way a job is made: POST /job, a retry, a schedule's
 // tick and anything later all come here, so each gets the same checks, in
 // this order: the controller is not stopping; the job's structure and its
@@ -40,7 +48,7 @@ func decodeSubmission(body []byte, cat *api.Catalog) (*api.Job, error) {
 // gets a new one. A refusal is a *jobError whose kind (errRefused,
 // errInvalid, errTooLarge, errQueueFull, errStorageFull, errUnavailable,
 // errJobExists) says why and whose message names the field at fault.
-func (c *Controller) submit(ctx context.Context, job *api.Job, by principal) (*api.Job, error) {
+func (c *Controller) submit(ctx context.Context, job *api.Job, by principal, opts submitOptions) (*api.Job, error) {
 	select {
 	case <-c.stopping:
 		return nil, refusef(errUnavailable, "controller %s is stopping; submit to another controller or try again", c.id)
@@ -59,7 +67,7 @@ func (c *Controller) submit(ctx context.Context, job *api.Job, by principal) (*a
 	// The answer shows the nodes the job would run on now (the seed's API
 	// did); the job resolves them again when it starts.
 	online, offline := c.jobNodes(job, c.reg.preview)
-	if len(online)+len(offline) == 0 {
+	if len(online)+len(offline) == 0 && !opts.allowEmpty {
 		// A misspelt group or node would otherwise be stored, queued and
 		// failed later; an empty fleet has nothing to run on either.
 		return nil, refuse(errInvalid, &api.ValidationError{Field: "target", Msg: fmt.Sprintf(

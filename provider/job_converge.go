@@ -130,7 +130,7 @@ func (r *jobResource) converge(ctx context.Context, plan, state *jobResourceMode
 		}
 		one := *spec
 		one.Target = api.Target{Scope: api.ScopeNode, Value: id}
-		job := r.runJob(ctx, &one, true, waitFor, "Submit Converge Job Error", diags)
+		job := r.runJob(ctx, &one, true, false, waitFor, "Submit Converge Job Error", diags)
 		if job == nil {
 			break
 		}

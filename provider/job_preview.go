@@ -121,7 +121,7 @@ func (r *jobResource) planPreview(ctx context.Context, plan *jobResourceModel, l
 		return types.MapNull(previewNodesType.ElemType), types.StringNull(), false
 	}
 	spec.CheckMode = true
-	job := r.runJob(ctx, spec, true, previewTimeout, "Submit Preview Job Error", diags)
+	job := r.runJob(ctx, spec, true, plan.AllowEmpty.ValueBool(), previewTimeout, "Submit Preview Job Error", diags)
 	if job == nil || diags.HasError() {
 		return types.MapNull(previewNodesType.ElemType), types.StringNull(), false
 	}

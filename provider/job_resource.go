@@ -140,7 +140,7 @@ func (r *jobResource) Create(ctx context.Context, req resource.CreateRequest, re
 		plan.PreviewSummary = types.StringNull()
 	}
 	wait := plan.Wait.ValueBool()
-	job := r.runJob(ctx, spec, wait, waitFor, "Submit Job Error", &resp.Diagnostics)
+	job := r.runJob(ctx, spec, wait, plan.AllowEmpty.ValueBool(), waitFor, "Submit Job Error", &resp.Diagnostics)
 	if job == nil {
 		return
 	}
@@ -281,7 +281,7 @@ func (r *jobResource) Delete(ctx context.Context, req resource.DeleteRequest, re
 		}
 	}
 	spec.Timeout = ""
-	job := r.runJob(ctx, spec, true, waitFor, "Submit Destroy Tasks Error", &resp.Diagnostics)
+	job := r.runJob(ctx, spec, true, state.AllowEmpty.ValueBool(), waitFor, "Submit Destroy Tasks Error", &resp.Diagnostics)
 	if job == nil || resp.Diagnostics.HasError() {
 		return
 	}

@@ -18,8 +18,9 @@ var waitRetry = retry.Policy{Initial: 2 * time.Second, Jitter: 0.25}
 
 // runJob submits a job and, when wait is set, waits for it. It returns the
 // last known job (nil when submission failed).
-func (r *jobResource) runJob(ctx context.Context, spec *api.JobSpec, wait bool, waitFor time.Duration, summary string, diags *diag.Diagnostics) *api.Job {
-	job, err := r.client.SubmitJob(ctx, spec)
+// allowEmpty submits it even when its target matches no node.
+func (r *jobResource) runJob(ctx context.Context, spec *api.JobSpec, wait, allowEmpty bool, waitFor time.Duration, summary string, diags *diag.Diagnostics) *api.Job {
+	job, err := r.client.SubmitJobWith(ctx, spec, api.SubmitOptions{AllowEmpty: allowEmpty})
 	if err != nil {
 		addClientError(diags, summary, err)
 		return nil
