@@ -15,7 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gridfleet/terraform-provider-grid/internal/bench"
+	"github.com/gridfleet/terraform-provider-grid/internal/compose/bench"
 )
 
 // benchFlags are the flags every bench subcommand shares.

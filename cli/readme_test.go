@@ -20,8 +20,8 @@ import (
 	"github.com/gridfleet/terraform-provider-grid/api"
 	"github.com/gridfleet/terraform-provider-grid/backends"
 	"github.com/gridfleet/terraform-provider-grid/backends/builtin"
-	"github.com/gridfleet/terraform-provider-grid/internal/fleet"
-	"github.com/gridfleet/terraform-provider-grid/internal/fleet/fleettest"
+	"github.com/gridfleet/terraform-provider-grid/internal/compose/fleet"
+	"github.com/gridfleet/terraform-provider-grid/internal/compose/fleet/fleettest"
 )
 
 // readmePath is the README, from the cli package's directory (its paths,

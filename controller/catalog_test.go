@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
-	"github.com/gridfleet/terraform-provider-grid/internal/fleet"
-	"github.com/gridfleet/terraform-provider-grid/internal/fleet/fleettest"
+	"github.com/gridfleet/terraform-provider-grid/internal/compose/fleet"
+	"github.com/gridfleet/terraform-provider-grid/internal/compose/fleet/fleettest"
 )
 
 // Submissions are validated against the schemas of the nodes online at

@@ -15,8 +15,8 @@ import (
 
 	"github.com/gridfleet/terraform-provider-grid/api"
 	"github.com/gridfleet/terraform-provider-grid/controller"
-	"github.com/gridfleet/terraform-provider-grid/internal/fleet"
-	"github.com/gridfleet/terraform-provider-grid/internal/fleet/fleettest"
+	"github.com/gridfleet/terraform-provider-grid/internal/compose/fleet"
+	"github.com/gridfleet/terraform-provider-grid/internal/compose/fleet/fleettest"
 )
 
 // apiGet does a raw GET of the fleet's API with its admin token.

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
-	"github.com/gridfleet/terraform-provider-grid/internal/fleet"
-	"github.com/gridfleet/terraform-provider-grid/internal/fleet/fleettest"
+	"github.com/gridfleet/terraform-provider-grid/internal/compose/fleet"
+	"github.com/gridfleet/terraform-provider-grid/internal/compose/fleet/fleettest"
 )
 
 // TestRetryAndDelete: a retry submits the job's spec again linked by

@@ -3,7 +3,7 @@
 # full "grid agent", both against one secured controller process. Part of
 # `make bench`; runs alone in about 30 seconds:
 #
-#   BIN=bin/grid AGENT_BIN=bin/grid-agent internal/bench/agent_rss.sh
+#   BIN=bin/grid AGENT_BIN=bin/grid-agent internal/compose/bench/agent_rss.sh
 #
 # The figure is read once both nodes are registered and online and have
 # heartbeated a few times (SETTLE), i.e. after start-up garbage is collected.
