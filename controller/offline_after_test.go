@@ -7,9 +7,9 @@ import (
 
 	"github.com/gridfleet/terraform-provider-grid/agent"
 	"github.com/gridfleet/terraform-provider-grid/controller"
-	"github.com/gridfleet/terraform-provider-grid/internal/config"
 	"github.com/gridfleet/terraform-provider-grid/internal/compose/fleet"
 	"github.com/gridfleet/terraform-provider-grid/internal/compose/fleet/fleettest"
+	"github.com/gridfleet/terraform-provider-grid/internal/config"
 )
 
 // A node_offline_after that one missed heartbeat would pass is said at

@@ -16,9 +16,9 @@ import (
 	"github.com/gridfleet/terraform-provider-grid/agent"
 	"github.com/gridfleet/terraform-provider-grid/api"
 	"github.com/gridfleet/terraform-provider-grid/controller"
-	"github.com/gridfleet/terraform-provider-grid/internal/config"
 	"github.com/gridfleet/terraform-provider-grid/internal/compose/fleet"
 	"github.com/gridfleet/terraform-provider-grid/internal/compose/fleet/fleettest"
+	"github.com/gridfleet/terraform-provider-grid/internal/config"
 )
 
 // rolloutFleet starts n agents (node-1 … node-n) where a file write into

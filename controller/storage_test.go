@@ -14,9 +14,9 @@ import (
 	"github.com/gridfleet/terraform-provider-grid/api"
 	"github.com/gridfleet/terraform-provider-grid/controller"
 	"github.com/gridfleet/terraform-provider-grid/internal/bus"
-	"github.com/gridfleet/terraform-provider-grid/internal/config"
 	"github.com/gridfleet/terraform-provider-grid/internal/compose/fleet"
 	"github.com/gridfleet/terraform-provider-grid/internal/compose/fleet/fleettest"
+	"github.com/gridfleet/terraform-provider-grid/internal/config"
 )
 
 // startSized starts a controller on dataDir with its config adjusted by

@@ -16,8 +16,8 @@ import (
 
 	"github.com/gridfleet/terraform-provider-grid/agent"
 	"github.com/gridfleet/terraform-provider-grid/controller"
-	"github.com/gridfleet/terraform-provider-grid/internal/config"
 	"github.com/gridfleet/terraform-provider-grid/internal/compose/fleet"
+	"github.com/gridfleet/terraform-provider-grid/internal/config"
 )
 
 // Start starts a fleet for t. Heartbeats and offline detection are tightened
