@@ -520,7 +520,9 @@ func (c *Controller) startLoops(s *startup) {
 	s.stopIntake = stopIntake
 	c.intake.Go(func() { c.schedule(intakeCtx) })
 	c.intake.Go(func() { c.recoverLoop(intakeCtx) })
-	c.intake.Go(func() { c.scheduleLoop(intakeCtx) })
+	ticker := &scheduleTicker{id: c.id, log: c.log, grace: c.cfg.ScheduleGrace.D(), store: c.scheds, jobs: c.jobs,
+		tokens: c.tokens, metrics: c.metrics, host: c, claimed: &c.scheduleClaimed}
+	c.intake.Go(func() { ticker.scheduleLoop(intakeCtx) })
 	c.loops.Go(func() { c.heartbeat(s.runCtx) })
 	c.loops.Go(func() { c.sweepJobs(s.runCtx) })
 }

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 	// Schedules' time zones resolve the same on every controller, with or
 	// without a system zoneinfo database.
@@ -38,6 +40,31 @@ const (
 	schedulePoll         = 250 * time.Millisecond
 	scheduleClaimTimeout = 3 * time.Second
 )
+
+// scheduleTicker fires the schedules that are due, on every controller
+// (see above): it owns its copy of the schedules bucket and asks the
+// controller (host) for what every job gets, the one submit path and the
+// queue.
+type scheduleTicker struct {
+	id      string // this controller's, recorded on a claim
+	log     *slog.Logger
+	grace   time.Duration // schedule_grace
+	store   *scheduleStore
+	jobs    *jobStore
+	tokens  *tokenStore
+	metrics *metrics
+	host    tickHost
+	// claimed, when set, is called after a tick is claimed and before its
+	// job is submitted; returning true stops there (tests simulate a crash
+	// in between with it).
+	claimed *atomic.Pointer[func(jobID string) bool]
+}
+
+// tickHost is what the ticker needs of the controller.
+type tickHost interface {
+	submit(ctx context.Context, job *api.Job, by principal, opts submitOptions) (*api.Job, error)
+	queueRequest(ctx context.Context, id string, priority int, rev uint64, stored []byte) error
+}
 
 // cachedSchedule is a schedule as last seen (nil sc: deleted at rev).
 type cachedSchedule struct {
@@ -88,32 +115,32 @@ func (sc *scheduleCache) live() map[string]cachedSchedule {
 }
 
 // scheduleLoop fires the schedules that are due until ctx ends.
-func (c *Controller) scheduleLoop(ctx context.Context) {
+func (t *scheduleTicker) scheduleLoop(ctx context.Context) {
 	cache := &scheduleCache{m: map[string]cachedSchedule{}}
 	// The watch's goroutine is this loop's: it ends with ctx, and the loop
 	// waits for it before returning.
 	var watching sync.WaitGroup
 	defer watching.Wait()
 	err := retry.Do(ctx, followPolicy, func(try int) error {
-		_, err := follow(ctx, &watching, c.scheds.kv, c.log, "schedules", cache.apply)
+		_, err := follow(ctx, &watching, t.store.kv, t.log, "schedules", cache.apply)
 		if err != nil && try == 1 {
-			c.log.Warn("watch schedules; retrying", "err", err)
+			t.log.Warn("watch schedules; retrying", "err", err)
 		}
 		return err
 	})
 	if err != nil {
 		return // ctx ended
 	}
-	t := time.NewTicker(schedulePoll)
-	defer t.Stop()
+	tick := time.NewTicker(schedulePoll)
+	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-tick.C:
 			now := time.Now().UTC()
 			for id, cs := range cache.live() {
-				if nsc, nrev := c.tickSchedule(ctx, cs.sc, cs.rev, now); nsc != nil {
+				if nsc, nrev := t.tickSchedule(ctx, cs.sc, cs.rev, now); nsc != nil {
 					cache.store(id, cachedSchedule{nsc, nrev})
 				}
 			}
@@ -125,12 +152,12 @@ func (c *Controller) scheduleLoop(ctx context.Context) {
 // finishes a claim whose claimer died. It returns the schedule as written
 // by this controller, or as read back when another controller had written
 // it since (nil when it has nothing newer than the cache).
-func (c *Controller) tickSchedule(ctx context.Context, cur *api.Schedule, rev uint64, now time.Time) (*api.Schedule, uint64) {
+func (t *scheduleTicker) tickSchedule(ctx context.Context, cur *api.Schedule, rev uint64, now time.Time) (*api.Schedule, uint64) {
 	if cur.PendingJob != "" {
 		if cur.ClaimedAt != nil && now.Sub(*cur.ClaimedAt) < scheduleClaimTimeout {
 			return nil, 0 // its claimer is on it
 		}
-		return c.finishClaim(ctx, cur, true)
+		return t.finishClaim(ctx, cur, true)
 	}
 	if cur.Paused || cur.NextRun == nil || now.Before(*cur.NextRun) {
 		return nil, 0
@@ -138,12 +165,12 @@ func (c *Controller) tickSchedule(ctx context.Context, cur *api.Schedule, rev ui
 	sc := *cur
 	cron, err := api.ParseCron(sc.Cron, sc.TimeZone)
 	if err != nil {
-		c.log.Warn("schedule with an unreadable cron expression", "schedule", sc.ID, "err", err)
+		t.log.Warn("schedule with an unreadable cron expression", "schedule", sc.ID, "err", err)
 		return nil, 0
 	}
 	tick := *sc.NextRun
 	next := cron.Next(tick).UTC()
-	if late := now.Sub(tick); late > c.cfg.ScheduleGrace.D() {
+	if late := now.Sub(tick); late > t.grace {
 		// No controller fired it in time: every one was down, or busy.
 		const maxCount = 100000
 		missed, last := 0, tick
@@ -157,50 +184,50 @@ func (c *Controller) tickSchedule(ctx context.Context, cur *api.Schedule, rev ui
 		next = cron.Next(now).UTC()
 		if sc.CatchUp != api.CatchUpRunOnce {
 			reason := fmt.Sprintf("missed %s tick(s) from %s: no controller fired them within schedule_grace (%s); catch_up skip fires none",
-				count, tick.Format(time.RFC3339), c.cfg.ScheduleGrace.D())
-			return c.skipTick(ctx, &sc, rev, last, next, "missed", reason, missed)
+				count, tick.Format(time.RFC3339), t.grace)
+			return t.skipTick(ctx, &sc, rev, last, next, "missed", reason, missed)
 		}
 		// run_once: one job, for the first missed tick (its id says which
 		// run was missed; its created_at, when it ran).
 	}
 	if sc.Overlap != api.OverlapAllow && sc.LastJobID != "" {
-		j, _, err := c.jobs.get(ctx, sc.LastJobID)
+		j, _, err := t.jobs.get(ctx, sc.LastJobID)
 		switch {
 		case errors.Is(err, api.ErrNotFound):
 		case err != nil:
 			return nil, 0 // look again at the next poll
 		case !j.Status.Terminal():
 			reason := fmt.Sprintf("overlap skip: the previous job %s is %s", j.ID, j.Status)
-			return c.skipTick(ctx, &sc, rev, tick, next, "overlap", reason, 1)
+			return t.skipTick(ctx, &sc, rev, tick, next, "overlap", reason, 1)
 		}
 	}
 	sc.NextRun = &next
 	sc.LastRun = &tick
 	sc.PendingJob = api.ScheduleJobID(sc.ID, tick)
-	sc.ClaimedAt, sc.ClaimedBy = &now, c.id
-	nrev, err := c.scheds.update(ctx, &sc, rev)
+	sc.ClaimedAt, sc.ClaimedBy = &now, t.id
+	nrev, err := t.store.update(ctx, &sc, rev)
 	if err != nil {
 		if !errors.Is(err, errConflict) && ctx.Err() == nil {
-			c.log.Warn("schedule: claim a tick", "schedule", sc.ID, "err", err)
+			t.log.Warn("schedule: claim a tick", "schedule", sc.ID, "err", err)
 		}
 		return nil, 0 // another controller has it, or the next poll tries again
 	}
-	if hook := c.scheduleClaimed.Load(); hook != nil && (*hook)(sc.PendingJob) {
+	if hook := t.claimed.Load(); hook != nil && (*hook)(sc.PendingJob) {
 		return &sc, nrev
 	}
-	return c.finishClaim(ctx, &sc, false)
+	return t.finishClaim(ctx, &sc, false)
 }
 
 // skipTick advances a schedule past a tick that fires nothing, saying why.
-func (c *Controller) skipTick(ctx context.Context, sc *api.Schedule, rev uint64, tick, next time.Time, kind, reason string, n int) (*api.Schedule, uint64) {
+func (t *scheduleTicker) skipTick(ctx context.Context, sc *api.Schedule, rev uint64, tick, next time.Time, kind, reason string, n int) (*api.Schedule, uint64) {
 	sc.NextRun, sc.LastSkip, sc.LastSkipReason = &next, &tick, reason
 	sc.Skipped += int64(n)
-	nrev, err := c.scheds.update(ctx, sc, rev)
+	nrev, err := t.store.update(ctx, sc, rev)
 	if err != nil {
 		return nil, 0
 	}
-	c.metrics.scheduleSkipped.WithLabelValues(kind).Add(float64(n))
-	c.log.Info("schedule skipped a tick", "schedule", sc.ID, "tick", tick, "reason", reason)
+	t.metrics.scheduleSkipped.WithLabelValues(kind).Add(float64(n))
+	t.log.Info("schedule skipped a tick", "schedule", sc.ID, "tick", tick, "reason", reason)
 	return sc, nrev
 }
 
@@ -209,13 +236,13 @@ func (c *Controller) skipTick(ctx context.Context, sc *api.Schedule, rev uint64,
 // leaves the claim for the next try; one refused for good (the job no
 // longer validates, the policy or the queue refuses it, its creator's
 // token is revoked) is recorded as a skipped tick.
-func (c *Controller) finishClaim(ctx context.Context, claimed *api.Schedule, orphan bool) (*api.Schedule, uint64) {
+func (t *scheduleTicker) finishClaim(ctx context.Context, claimed *api.Schedule, orphan bool) (*api.Schedule, uint64) {
 	jobID := claimed.PendingJob
 	// The claim as stored now: one seen in a watch may have been finished
 	// since, and its job deleted by now, which must not bring it back. The
 	// job is the stored schedule's (an update may have changed it since
 	// the claim; the tick fires what the schedule says now).
-	cur, curRev, err := c.scheds.get(ctx, claimed.ID)
+	cur, curRev, err := t.store.get(ctx, claimed.ID)
 	if err != nil {
 		return nil, 0
 	}
@@ -225,26 +252,26 @@ func (c *Controller) finishClaim(ctx context.Context, claimed *api.Schedule, orp
 		return cur, curRev
 	}
 	if orphan {
-		c.log.Info("schedule: submitting a claimed tick whose claimer did not confirm it", "schedule", cur.ID,
+		t.log.Info("schedule: submitting a claimed tick whose claimer did not confirm it", "schedule", cur.ID,
 			"job", jobID, "claimed_by", cur.ClaimedBy)
 	}
-	refusal, err := c.submitTick(ctx, cur, jobID)
+	refusal, err := t.submitTick(ctx, cur, jobID)
 	if refusal != "" {
 		// A slow claimer may have stored it meanwhile.
-		if _, gerr := c.jobs.kv.Get(ctx, jobID); gerr == nil {
+		if _, gerr := t.jobs.kv.Get(ctx, jobID); gerr == nil {
 			refusal = ""
 		}
 	}
 	if err != nil {
 		if ctx.Err() == nil {
-			c.log.Warn("schedule: submit a tick's job; trying again", "schedule", claimed.ID, "job", jobID, "err", err)
+			t.log.Warn("schedule: submit a tick's job; trying again", "schedule", claimed.ID, "job", jobID, "err", err)
 		}
 		return nil, 0
 	}
 	var written *api.Schedule
 	var wrev uint64
 	for range 20 {
-		sc, rev, err := c.scheds.get(ctx, claimed.ID)
+		sc, rev, err := t.store.get(ctx, claimed.ID)
 		if err != nil || sc.PendingJob != jobID {
 			return nil, 0 // deleted, or another controller finished it
 		}
@@ -258,7 +285,7 @@ func (c *Controller) finishClaim(ctx context.Context, claimed *api.Schedule, orp
 			sc.Fired++
 		}
 		sc.UpdatedAt = now
-		nrev, err := c.scheds.update(ctx, sc, rev)
+		nrev, err := t.store.update(ctx, sc, rev)
 		if errors.Is(err, errConflict) {
 			continue
 		}
@@ -272,10 +299,10 @@ func (c *Controller) finishClaim(ctx context.Context, claimed *api.Schedule, orp
 		return nil, 0
 	}
 	if refusal != "" {
-		c.metrics.scheduleSkipped.WithLabelValues("refused").Inc()
-		c.log.Warn("schedule: a tick's job was refused", "schedule", claimed.ID, "job", jobID, "reason", refusal)
+		t.metrics.scheduleSkipped.WithLabelValues("refused").Inc()
+		t.log.Warn("schedule: a tick's job was refused", "schedule", claimed.ID, "job", jobID, "reason", refusal)
 	} else {
-		c.metrics.scheduleFired.Inc()
+		t.metrics.scheduleFired.Inc()
 	}
 	return written, wrev
 }
@@ -283,15 +310,15 @@ func (c *Controller) finishClaim(ctx context.Context, claimed *api.Schedule, orp
 // submitTick makes sure the job of a claimed tick exists and is queued.
 // refusal is set when it was refused for good; err when it should be tried
 // again.
-func (c *Controller) submitTick(ctx context.Context, sc *api.Schedule, jobID string) (refusal string, err error) {
-	e, err := c.jobs.kv.Get(ctx, jobID)
+func (t *scheduleTicker) submitTick(ctx context.Context, sc *api.Schedule, jobID string) (refusal string, err error) {
+	e, err := t.jobs.kv.Get(ctx, jobID)
 	switch {
 	case err == nil:
 		// Stored already, by a claimer that may have died before queuing
 		// it: queue it again (a duplicate request is dropped by its id).
 		var j api.Job
 		if json.Unmarshal(e.Value(), &j) == nil && (j.Status == api.JobPending || j.Status == api.JobWaiting) {
-			return "", c.queueRequest(ctx, jobID, j.Priority, e.Revision(), e.Value())
+			return "", t.host.queueRequest(ctx, jobID, j.Priority, e.Revision(), e.Value())
 		}
 		return "", nil
 	case !errors.Is(err, jetstream.ErrKeyNotFound):
@@ -299,9 +326,9 @@ func (c *Controller) submitTick(ctx context.Context, sc *api.Schedule, jobID str
 	}
 	job := sc.Job.Job()
 	job.ID, job.ScheduleID = jobID, sc.ID
-	by, err := c.scheduleCreator(sc)
+	by, err := t.scheduleCreator(sc)
 	if err == nil {
-		_, err = c.submit(ctx, job, by, submitOptions{})
+		_, err = t.host.submit(ctx, job, by, submitOptions{})
 	}
 	switch {
 	case err == nil, errors.Is(err, errJobExists):
@@ -318,8 +345,8 @@ func (c *Controller) submitTick(ctx context.Context, sc *api.Schedule, jobID str
 // scheduleCreator is who a schedule's ticks are submitted as: the token
 // that created it, with the role that token has now. A token that is gone
 // or revoked refuses every tick (errRefused).
-func (c *Controller) scheduleCreator(sc *api.Schedule) (principal, error) {
-	te, ok := c.tokens.get(sc.CreatedBy)
+func (t *scheduleTicker) scheduleCreator(sc *api.Schedule) (principal, error) {
+	te, ok := t.tokens.get(sc.CreatedBy)
 	if !ok || te.rec.RevokedAt != nil {
 		return principal{}, refusef(errRefused, "the token %q that created the schedule no longer exists or is revoked; recreate the schedule with a valid token", sc.CreatedBy)
 	}
