@@ -54,7 +54,7 @@ func CommandSubject(t Target, backend, action string) string {
 	case ScopeAll:
 		return "cmd.all." + backend + "." + action
 	case ScopeGroup:
-		return "cmd.group." + t.Value + "." + backend + "." + action
+		return "cmd.group." + GroupToken(t.Value) + "." + backend + "." + action
 	default:
 		return NodeCommandSubject(t.Value, backend, action)
 	}
@@ -65,9 +65,18 @@ func NodeCommandSubject(node, backend, action string) string {
 	return "cmd.node." + node + "." + backend + "." + action
 }
 
+// GroupToken is a group's name as one subject token: its segments joined
+// by '~' (which no segment holds) instead of '.'. Every command subject
+// thus has the same depth, so a subscription that the server's permission
+// check lets through (it matches a '>' in the subscription against a '*'
+// allowed) still cannot reach another group's commands: with
+// cmd.group.web.*.* allowed, cmd.group.web.*.> hears only group web's
+// commands, as there is no deeper subject for web.dev's to hide in.
+func GroupToken(group string) string { return strings.ReplaceAll(group, ".", "~") }
+
 // AgentCommandSubjects are the subjects an agent with this id and these
 // groups listens on. A group subscription names the group's exact depth
-// (cmd.group.web.*.* and cmd.group.web.dev.*.*), so an agent in web.dev
+// (cmd.group.web.*.* and cmd.group.web~dev.*.*), so an agent in web.dev
 // hears commands for web and web.dev but not for web.prod.
 func AgentCommandSubjects(id string, groups []string) []string {
 	subs := []string{"cmd.all.*.*", "cmd.node." + id + ".*.*"}
@@ -80,7 +89,7 @@ func AgentCommandSubjects(id string, groups []string) []string {
 				continue
 			}
 			seen[prefix] = true
-			subs = append(subs, "cmd.group."+prefix+".*.*")
+			subs = append(subs, "cmd.group."+GroupToken(prefix)+".*.*")
 		}
 	}
 	return subs

@@ -45,7 +45,7 @@ func TestResultAndProgressSubjects(t *testing.T) {
 		{NodeRegisterSubject("web_01"), "node.register.web_01"},
 		{NodeHeartbeatSubject("web_01"), "node.heartbeat.web_01"},
 		{CommandSubject(Target{Scope: ScopeAll}, "ping", "echo"), "cmd.all.ping.echo"},
-		{CommandSubject(Target{Scope: ScopeGroup, Value: "web.dev"}, "ping", "echo"), "cmd.group.web.dev.ping.echo"},
+		{CommandSubject(Target{Scope: ScopeGroup, Value: "web.dev"}, "ping", "echo"), "cmd.group.web~dev.ping.echo"},
 		{CommandSubject(Target{Scope: ScopeNode, Value: "n2"}, "file", "write"), "cmd.node.n2.file.write"},
 	}
 	for _, c := range cases {
