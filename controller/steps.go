@@ -327,10 +327,18 @@ func (g *stepGroup) onResult(tr *api.TaskResult) {
 		})
 	case api.StepSuccess, api.StepFailed:
 		if tr.Cancelled {
-			// The agent heard the job's cancel before this controller did:
-			// a cancellation, not a failure.
-			r.cancel(errCancelled)
-			return
+			if r.ctx.Err() != nil {
+				return // the run is ending already: the cancel is known here
+			}
+			// A node cannot cancel a job: only a cancel this controller
+			// hears (cancel.<job>, which every controller and agent hear)
+			// does. Its task was stopped by one not heard here yet, or the
+			// node says so falsely; either way the step failed on that
+			// node alone, and a real cancel ends the job when it arrives.
+			tr.Status = api.StepFailed
+			if tr.Error == "" {
+				tr.Error = "the node reported its task cancelled, but no cancel of the job was heard"
+			}
 		}
 		final := tr.Status == api.StepSuccess || tr.Attempt > s.Task.MaxRetries
 		r.c.metrics.taskResults.WithLabelValues(s.Task.Backend, s.Task.Action, tr.Status).Inc()
