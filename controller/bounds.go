@@ -58,8 +58,8 @@ func (c *Controller) checkJobSize(job *api.Job) error {
 	return nil
 }
 
-// shrinkCaps are the successive caps on each stored output and error that
-// shrinkResults tries.
+// shrinkCaps are the successive caps on each stored output, error and
+// progress message that shrinkResults tries.
 var shrinkCaps = []int{16 << 10, 4 << 10, 1 << 10, 256, 0}
 
 // shrinkResults cuts the stored outputs, errors and facts of a job's node
@@ -77,6 +77,10 @@ func shrinkResults(j *api.Job, enc *jobEncoder, limit int) ([]byte, error) {
 				}
 				if len(res.Error) > cp {
 					res.Error = cutText(res.Error, cp)
+					changed = true
+				}
+				if len(res.ProgressMessage) > cp {
+					res.ProgressMessage = cutText(res.ProgressMessage, cp)
 					changed = true
 				}
 				if res.Facts != nil && cp < 4<<10 {
@@ -131,4 +135,28 @@ func (r *registry) countMatching(t api.Target) int {
 		}
 	}
 	return count
+}
+
+// Caps on what a node's report may bring into a job, whatever the node's
+// own max_output_bytes: its output and error (the agent's largest
+// max_output_bytes) and a progress message (a status line). A report that
+// could not fit is dropped before it is decoded.
+const (
+	maxReportText      = 1 << 20
+	maxProgressMessage = 4 << 10
+	maxProgressReport  = 64 << 10
+)
+
+// capReport cuts a report's text to the caps above.
+func capReport(tr *api.TaskResult) {
+	limit := maxReportText
+	if tr.Status == api.ResultProgress || tr.Status == api.ResultRunning {
+		limit = maxProgressMessage
+	}
+	if len(tr.Output) > limit {
+		tr.Output = cutText(tr.Output, limit)
+	}
+	if len(tr.Error) > limit {
+		tr.Error = cutText(tr.Error, limit)
+	}
 }

@@ -447,7 +447,10 @@ func (c *Controller) setupJobs(_ context.Context, s *startup) error {
 	if err != nil {
 		return fmt.Errorf("subscribe progress reports: %w", err)
 	}
-	_ = progressSub.SetPendingLimits(-1, -1)
+	// Bounded: a node flooding progress reports loses some of them (they
+	// are status lines; losing one is harmless), and the controller keeps
+	// its memory.
+	_ = progressSub.SetPendingLimits(-1, 64<<20)
 	s.subs = append(s.subs, progressSub)
 	cancelSub, err := c.nc.Subscribe(api.SubjectCancelAll, c.onCancel)
 	if err != nil {
@@ -716,6 +719,9 @@ func (c *Controller) routeResult(subject string, data []byte, stored bool) {
 	if r == nil {
 		return
 	}
+	if !stored && len(data) > maxProgressReport {
+		return // a running or progress report is a status line
+	}
 	var tr api.TaskResult
 	if err := json.Unmarshal(data, &tr); err != nil {
 		c.log.Warn("malformed result", "subject", subject, "err", err)
@@ -724,6 +730,7 @@ func (c *Controller) routeResult(subject string, data []byte, stored bool) {
 	if !stored && tr.Status != api.ResultRunning && tr.Status != api.ResultProgress {
 		return
 	}
+	capReport(&tr)
 	// The subject names the sender; trust it over the body.
 	tr.JobID, tr.NodeID = parts[1], parts[3]
 	if step, err := strconv.Atoi(parts[2]); err == nil {
