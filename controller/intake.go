@@ -191,6 +191,18 @@ func (in *intake) onReport(m *nats.Msg) {
 		return
 	}
 	job := parts[1]
+	// Only results of jobs that exist and run are stored: a node cannot
+	// fill the results stream (pushing out others' results) with reports
+	// of jobs made up. A job this controller has not seen yet (its index
+	// follows the bucket) is asked again by the agent.
+	switch st, known := in.c.jobIdx.statusOf(job); {
+	case !known:
+		in.answer(m, fmt.Errorf("job %s is not known here (yet)", job))
+		return
+	case st.Terminal():
+		in.answer(m, nil) // it has ended: nothing to store, nothing to resend
+		return
+	}
 	var r api.TaskResult
 	if err := json.Unmarshal(m.Data, &r); err != nil {
 		in.answer(m, fmt.Errorf("malformed result: %w", err))
@@ -207,6 +219,7 @@ func (in *intake) onReport(m *nats.Msg) {
 	// The subject names the sender and the step; the body cannot say
 	// otherwise.
 	r.JobID, r.TaskIndex, r.NodeID = job, step, node
+	capReport(&r)
 	data, err := json.Marshal(&r)
 	if err != nil {
 		in.answer(m, err)

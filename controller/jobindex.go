@@ -89,6 +89,17 @@ func (x *jobIndex) watch(ctx context.Context, wg *sync.WaitGroup, kv jetstream.K
 	return nil
 }
 
+// statusOf returns a job's status as the index last saw it.
+func (x *jobIndex) statusOf(id string) (api.JobStatus, bool) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	e := x.entries[id]
+	if e == nil {
+		return "", false
+	}
+	return e.status, true
+}
+
 // waitReady waits for the index to hold the bucket's contents.
 func (x *jobIndex) waitReady(ctx context.Context) error {
 	select {
