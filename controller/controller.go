@@ -282,8 +282,15 @@ func (c *Controller) Start(ctx context.Context) error {
 		if err == nil {
 			err = c.sec.watch(runCtx, &c.loops, enrollKV)
 		}
+		var joinKV jetstream.KeyValue
 		if err == nil {
-			enrollSub, err = c.nc.QueueSubscribe(api.SubjectEnrollAll, "grid-enroll", c.sec.onEnroll)
+			joinKV, err = c.js.KeyValue(setupCtx, api.BucketJoinTokens)
+		}
+		if err == nil {
+			c.sec.joins, err = openJoinTokens(runCtx, &c.loops, joinKV, c.log)
+		}
+		if err == nil {
+			enrollSub, err = c.sec.subscribe(c.nc)
 		}
 		if err != nil {
 			stopRuns()

@@ -147,6 +147,11 @@ func (t Topology) configs() ([]jetstream.StreamConfig, []jetstream.KeyValueConfi
 		{Bucket: api.BucketControllers, Description: "controller registration and heartbeat", History: 1, Replicas: t.Replicas, Storage: jetstream.FileStorage},
 		{Bucket: api.BucketSchemas, Description: "backend schema sets by digest", History: 1, Replicas: t.Replicas, Storage: jetstream.FileStorage},
 		{Bucket: api.BucketEnrollments, Description: "agent enrollments (NKey, node id, groups) by node id", History: 1, Replicas: t.Replicas, Storage: jetstream.FileStorage},
+		// Scoped join tokens: small records, a few per enrollment wave.
+		// Capped so that no client of the API can grow it without bound
+		// (a full bucket refuses new tokens, not enrollments).
+		{Bucket: api.BucketJoinTokens, Description: "scoped join tokens by name (SHA-256, groups, expiry, uses; controllers only)", History: 1,
+			MaxBytes: JoinTokensMaxBytes, MaxValueSize: 4 << 10, Replicas: t.Replicas, Storage: jetstream.FileStorage},
 		{Bucket: api.BucketTokens, Description: "API tokens by name (SHA-256 of the token, role)", History: 1, Replicas: t.Replicas, Storage: jetstream.FileStorage},
 		{Bucket: api.BucketKeys, Description: "cluster keys (controllers only)", History: 1, Replicas: t.Replicas, Storage: jetstream.FileStorage},
 		{Bucket: api.BucketJobSecrets, Description: "sensitive params of unfinished jobs, encrypted", History: 1, Replicas: t.Replicas, Storage: jetstream.FileStorage},
@@ -155,6 +160,9 @@ func (t Topology) configs() ([]jetstream.StreamConfig, []jetstream.KeyValueConfi
 	}
 	return streams, buckets
 }
+
+// JoinTokensMaxBytes caps the join_tokens bucket: about 2,000 records.
+const JoinTokensMaxBytes = 1 << 20
 
 // WaitForBucket returns the bucket once it exists (a controller creates it),
 // retrying until ctx ends.
