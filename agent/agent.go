@@ -113,6 +113,13 @@ type Agent struct {
 	started  atomic.Bool
 	killOnce sync.Once
 	killCh   chan struct{}
+	// failCh closes when the agent must stop on its own (see fail); err
+	// says why.
+	failOnce sync.Once
+	failCh   chan struct{}
+	err      atomic.Pointer[error]
+	// pub is the agent's public NKey on a secured bus ("" otherwise).
+	pub string
 	done     chan struct{}
 
 	stats stats
@@ -205,6 +212,7 @@ func New(cfg Config) (*Agent, error) {
 		stopCh:     make(chan struct{}),
 		hbDone:     make(chan struct{}),
 		killCh:     make(chan struct{}),
+		failCh:     make(chan struct{}),
 		done:       make(chan struct{}),
 	}
 	a.info = api.NodeInfo{
@@ -238,6 +246,23 @@ func (a *Agent) Info() api.NodeInfo {
 
 // Done closes once the agent has fully stopped (or Start failed).
 func (a *Agent) Done() <-chan struct{} { return a.done }
+
+// Err says why the agent stopped on its own (ErrRevoked), once Done is
+// closed; nil after a stop that was asked for.
+func (a *Agent) Err() error {
+	if p := a.err.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// fail stops the agent on its own, with err as its Err.
+func (a *Agent) fail(err error) {
+	a.failOnce.Do(func() {
+		a.err.Store(&err)
+		close(a.failCh)
+	})
+}
 
 // Start connects, waits for a controller's buckets, registers the node,
 // subscribes to commands and starts heartbeating. It returns once the node
@@ -413,6 +438,13 @@ func (a *Agent) heartbeat(ctx context.Context) {
 		}
 		if err := a.putInfo(hctx, api.NodeOnline); err != nil && ctx.Err() == nil {
 			a.log.Warn("heartbeat failed", "err", err)
+			// A revoked agent's connection may only ask how its
+			// enrollment stands: stop rather than fail every beat.
+			if err := a.checkRevoked(ctx); err != nil {
+				cancel()
+				a.fail(err)
+				return
+			}
 		}
 		cancel()
 		a.sweep(time.Now())
@@ -448,6 +480,10 @@ func (a *Agent) lifecycle(ctx context.Context) {
 	case <-ctx.Done():
 		a.shutdown()
 	case <-a.killCh:
+		a.crash()
+	case <-a.failCh:
+		a.log.Error("agent stopping", "err", *a.err.Load())
+		a.nc.Close()
 		a.crash()
 	}
 }
