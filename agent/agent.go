@@ -119,8 +119,8 @@ type Agent struct {
 	failCh   chan struct{}
 	err      atomic.Pointer[error]
 	// pub is the agent's public NKey on a secured bus ("" otherwise).
-	pub string
-	done     chan struct{}
+	pub  string
+	done chan struct{}
 
 	stats stats
 	obs   *observer
