@@ -37,33 +37,55 @@ type liveConn struct {
 // silent for dupStaleAfter. Called from Check, which the server runs
 // without holding its own or the client's lock, so Connz is safe here.
 func (s *security) admitOnce(c server.ClientAuthentication, key, node string) bool {
-	ns := s.ns.Load()
 	addr := ""
 	if a := c.RemoteAddress(); a != nil {
 		addr = a.String()
 	}
+	// An agent that restarts closes its old connection just before it
+	// opens the new one; give the server a moment to notice.
+	for try := 0; ; try++ {
+		ok, live := s.admitOnceTry(c.GetID(), key, node, addr, try == dupRetries)
+		if ok || !live || try == dupRetries {
+			return ok
+		}
+		time.Sleep(dupRetryWait)
+	}
+}
+
+// How long a second connection waits for the first to go (in all) before
+// it is refused.
+const (
+	dupRetries   = 6
+	dupRetryWait = 50 * time.Millisecond
+)
+
+// admitOnceTry admits the connection unless another of the key is live
+// (then live is true); last logs the refusal.
+func (s *security) admitOnceTry(cid uint64, key, node, addr string, last bool) (ok, live bool) {
+	ns := s.ns.Load()
 	s.live.mu.Lock()
 	defer s.live.mu.Unlock()
 	if s.live.byKey == nil {
 		s.live.byKey = map[string]liveConn{}
 	}
-	if prev, ok := s.live.byKey[key]; ok && prev.cid != c.GetID() && ns != nil {
+	if prev, found := s.live.byKey[key]; found && prev.cid != cid && ns != nil {
 		cz, err := ns.Connz(&server.ConnzOptions{CID: prev.cid, State: server.ConnOpen})
 		if err == nil && len(cz.Conns) == 1 && cz.Conns[0].Cid == prev.cid {
-			old := cz.Conns[0]
-			idle := time.Since(old.LastActivity)
+			idle := time.Since(cz.Conns[0].LastActivity)
 			if idle < dupStaleAfter {
-				s.log.Warn("refused a second connection with a node's key while its first is live: "+
-					"two processes share one identity (a cloned image or a copied agent.nk?); give each host its own key",
-					"node", node, "key", key, "live_addr", prev.addr, "live_cid", prev.cid, "refused_addr", addr,
-					"idle", idle.Round(time.Second))
-				return false
+				if last {
+					s.log.Warn("refused a second connection with a node's key while its first is live: "+
+						"two processes share one identity (a cloned image or a copied agent.nk?); give each host its own key",
+						"node", node, "key", key, "live_addr", prev.addr, "live_cid", prev.cid, "refused_addr", addr,
+						"idle", idle.Round(time.Second))
+				}
+				return false, true
 			}
 			s.log.Warn("closing a silent connection of a node's key for its new one",
 				"node", node, "key", key, "old_addr", prev.addr, "new_addr", addr, "idle", idle.Round(time.Second))
 			_ = ns.DisconnectClientByID(prev.cid)
 		}
 	}
-	s.live.byKey[key] = liveConn{cid: c.GetID(), addr: addr}
-	return true
+	s.live.byKey[key] = liveConn{cid: cid, addr: addr}
+	return true, false
 }

@@ -141,8 +141,13 @@ func (s *security) Check(c server.ClientAuthentication) bool {
 		// Only to hear "revoked" in answer to its enrollment request, so
 		// that the agent stops instead of retrying forever.
 		c.RegisterUser(&server.User{Username: "revoked", Permissions: enrolleePermissions(o.Nkey)})
+	case strings.HasPrefix(o.Name, api.EnrollConnName):
+		// The agent's enrollment connection only ever asks to be
+		// enrolled: it gets that alone, so that sparing it from the
+		// duplicate check (and from disconnect) gives a name nothing.
+		c.RegisterUser(&server.User{Username: "enrolling", Permissions: enrolleePermissions(o.Nkey)})
 	case e != nil && e.Status == api.EnrollAdmitted:
-		if !strings.HasPrefix(o.Name, api.EnrollConnName) && !s.admitOnce(c, o.Nkey, e.NodeID) {
+		if !s.admitOnce(c, o.Nkey, e.NodeID) {
 			return false
 		}
 		c.RegisterUser(&server.User{Username: "node:" + e.NodeID, Permissions: agentPermissions(e)})
