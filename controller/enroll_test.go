@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -255,7 +256,8 @@ func TestEnrollmentAnswerRevealsNothing(t *testing.T) {
 // A flood of oversized requests and of many small ones from strangers is
 // dropped, and a real agent still enrolls meanwhile.
 func TestEnrollmentFloodDoesNotStarveRealEnrollment(t *testing.T) {
-	f := fleettest.Start(t, fleet.Options{})
+	var logs lockedBuffer
+	f := fleettest.Start(t, fleet.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	// An oversized request is dropped unanswered.
@@ -266,6 +268,7 @@ func TestEnrollmentFloodDoesNotStarveRealEnrollment(t *testing.T) {
 	}
 	flood, stopFlood := context.WithCancel(ctx)
 	var wg sync.WaitGroup
+	var sent atomic.Int64
 	bigMsg := make([]byte, 1<<20)
 	small, _ := json.Marshal(api.EnrollRequest{NodeID: "node-1", Groups: []string{"web"}, Token: "guess"})
 	for i := range 4 {
@@ -276,9 +279,11 @@ func TestEnrollmentFloodDoesNotStarveRealEnrollment(t *testing.T) {
 				if i == 0 && n < 300 {
 					data = bigMsg
 				}
-				if e.nc.Publish(api.EnrollSubject(e.pub), data) != nil {
+				if err := e.nc.Publish(api.EnrollSubject(e.pub), data); err != nil {
+					t.Errorf("flood: %v", err)
 					return
 				}
+				sent.Add(1)
 				if n%200 == 0 {
 					_ = e.nc.Flush()
 				}
@@ -286,13 +291,14 @@ func TestEnrollmentFloodDoesNotStarveRealEnrollment(t *testing.T) {
 		})
 	}
 	defer func() { stopFlood(); wg.Wait() }()
-	time.Sleep(500 * time.Millisecond)
-	start := time.Now()
+	waitFor(t, 10*time.Second, "the flood under way", func() bool { return sent.Load() > 2000 })
+	start, before := time.Now(), sent.Load()
 	a, err := f.AddAgent(ctx, []string{"web"})
 	if err != nil {
 		t.Fatalf("a real enrollment during the flood: %v", err)
 	}
-	t.Logf("enrolled in %s during the flood", time.Since(start).Round(time.Millisecond))
+	t.Logf("enrolled in %s during the flood (%d requests sent meanwhile, %d in all)",
+		time.Since(start).Round(time.Millisecond), sent.Load()-before, sent.Load())
 	if err := f.WaitOnline(ctx, a.ID()); err != nil {
 		t.Fatal(err)
 	}
@@ -304,6 +310,9 @@ func TestEnrollmentFloodDoesNotStarveRealEnrollment(t *testing.T) {
 	}
 	if _, err := f.Client().ListEnrollments(ctx, ""); err != nil {
 		t.Fatal(err)
+	}
+	if out := logs.String(); !strings.Contains(out, "dropping enrollment requests") || strings.Count(out, "dropping enrollment requests") > 3 {
+		t.Fatalf("the drops were not logged once per 10s:\n%s", out)
 	}
 }
 
