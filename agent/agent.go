@@ -430,6 +430,13 @@ func (a *Agent) heartbeat(ctx context.Context) {
 		// keeps this node online in their eyes.
 		hctx, cancel := context.WithTimeout(ctx, a.cfg.HeartbeatInterval.D())
 		if r := a.nc.Stats().Reconnects; r != reconnects {
+			// A revocation closes the connection: the reconnect is the
+			// first sign of one.
+			if err := a.checkRevoked(ctx); err != nil {
+				cancel()
+				a.fail(err)
+				return
+			}
 			if err := a.registerSchemas(hctx); err != nil {
 				a.log.Warn("re-registering schemas after reconnect failed", "err", err)
 			} else {
