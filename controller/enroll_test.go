@@ -33,12 +33,17 @@ type enrollee struct {
 
 func newEnrollee(t *testing.T, f *fleet.Fleet) *enrollee {
 	t.Helper()
+	return newEnrolleeAt(t, f.NATSURL(), f.CAFile())
+}
+
+func newEnrolleeAt(t *testing.T, url, caFile string) *enrollee {
+	t.Helper()
 	kp, err := nkeys.CreateUser()
 	if err != nil {
 		t.Fatal(err)
 	}
 	pub, _ := kp.PublicKey()
-	nc, err := nats.Connect(f.NATSURL(), nats.RootCAs(f.CAFile()), nats.Nkey(pub, kp.Sign),
+	nc, err := nats.Connect(url, nats.RootCAs(caFile), nats.Nkey(pub, kp.Sign),
 		nats.CustomInboxPrefix(api.AgentInboxPrefix(pub)), nats.Name(api.EnrollConnName+"test"))
 	if err != nil {
 		t.Fatalf("connect with a fresh key: %v", err)

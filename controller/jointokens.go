@@ -208,7 +208,7 @@ func (j *joinTokens) update(ctx context.Context, name, tok string, change func(*
 		if _, err = j.kv.Update(ctx, name, b, rev); err == nil {
 			return nil
 		}
-		if !errors.Is(err, jetstream.ErrKeyExists) {
+		if !isRevisionConflict(err) {
 			return fmt.Errorf("store join token: %w", err)
 		}
 		// Another enrollment used it meanwhile: read again.
@@ -235,7 +235,7 @@ func (j *joinTokens) create(ctx context.Context, req api.JoinTokenRequest, by st
 		Uses: req.Uses, CreatedAt: now, CreatedBy: by}, SHA256: hex.EncodeToString(h[:])}
 	b, _ := json.Marshal(rec)
 	_, err := j.kv.Create(ctx, name, b)
-	if errors.Is(err, jetstream.ErrKeyExists) {
+	if isRevisionConflict(err) {
 		cur, gerr := j.kv.Get(ctx, name)
 		if gerr != nil {
 			return nil, fmt.Errorf("read join token %s: %w", name, gerr)
@@ -321,7 +321,7 @@ func (j *joinTokens) revoke(ctx context.Context, name, by string) (*api.JoinToke
 		b, _ := json.Marshal(rec)
 		if _, err := j.kv.Update(ctx, name, b, e.Revision()); err == nil {
 			return &rec.JoinTokenInfo, nil
-		} else if !errors.Is(err, jetstream.ErrKeyExists) {
+		} else if !isRevisionConflict(err) {
 			return nil, fmt.Errorf("revoke join token %s: %w", name, err)
 		}
 	}

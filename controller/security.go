@@ -458,7 +458,7 @@ func (s *security) enroll(ctx context.Context, key string, req api.EnrollRequest
 		}
 		if _, err := s.kv.Create(ctx, req.NodeID, b); err != nil {
 			s.giveBack(ctx, tok)
-			if errors.Is(err, jetstream.ErrKeyExists) {
+			if isRevisionConflict(err) {
 				return nil, errEnrollConflict
 			}
 			return nil, fmt.Errorf("store enrollment: %w", err)
