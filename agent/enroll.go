@@ -118,7 +118,8 @@ func (a *Agent) checkRevoked(ctx context.Context) error {
 		return nil
 	}
 	req, _ := json.Marshal(api.EnrollRequest{NodeID: a.id, Groups: a.cfg.Groups})
-	rctx, cancel := context.WithTimeout(ctx, opTimeout)
+	// Within a beat: the heartbeat waits for the answer.
+	rctx, cancel := context.WithTimeout(ctx, min(opTimeout, a.cfg.HeartbeatInterval.D()))
 	defer cancel()
 	msg, err := a.nc.RequestWithContext(rctx, api.EnrollSubject(a.pub), req)
 	if err != nil {

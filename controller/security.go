@@ -311,7 +311,9 @@ func (s *security) onEnroll(m *nats.Msg) {
 		}
 		return
 	}
-	if !s.gate.budget(s.vouched(key, req.Token, now), now) {
+	// A known key is answered from memory (below) and limited by its own
+	// rate alone; others take from their class's budget.
+	if known, vouched := s.vouched(key, req.Token, now); !known && !s.gate.budget(vouched, now) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -359,23 +361,23 @@ var errKeyRevoked = errors.New("this agent's key was revoked: it can never be ad
 	"Delete the agent's agent.nk (in its data dir) and start it with a join token to enroll a new key; " +
 	"a revoked node id then waits for 'grid node approve'")
 
-// vouched reports whether a request comes from a key this controller knows
-// or carries a genuine join token: it then gets the budget real
+// vouched reports whether a request comes from a key this controller knows,
+// or else carries a genuine join token: it then gets the budget real
 // enrollments share, not the strangers'.
-func (s *security) vouched(key, tok string, now time.Time) bool {
+func (s *security) vouched(key, tok string, now time.Time) (known, vouched bool) {
 	s.mu.RLock()
-	known := s.byKey[key] != nil || s.revoked[key]
+	known = s.byKey[key] != nil || s.revoked[key]
 	s.mu.RUnlock()
-	if known {
-		return true
-	}
-	if tok == "" {
-		return false
+	switch {
+	case known:
+		return true, true
+	case tok == "":
+		return false, false
 	}
 	if _, ok := s.joins.genuine(tok); ok {
-		return true
+		return false, true
 	}
-	return pki.TokenEqual(tok, s.cachedJoinToken(now))
+	return false, pki.TokenEqual(tok, s.cachedJoinToken(now))
 }
 
 var errEnrollConflict = errors.New("enrollment changed meanwhile; try again")
@@ -417,6 +419,13 @@ func (s *security) enroll(ctx context.Context, key string, req api.EnrollRequest
 	}
 	if other != nil && other.NodeID != req.NodeID {
 		return nil, fmt.Errorf("this key is enrolled as node %s, not %s", other.NodeID, req.NodeID)
+	}
+	if other != nil && other.Status != api.EnrollRevoked && slices.Equal(other.Groups, groups) {
+		// Nothing to change (an agent's start, or its question after a
+		// reconnect): answered from memory, which is what Check decides
+		// on anyway.
+		e := *other
+		return &e, nil
 	}
 	tok := enrollToken{tok: req.Token}
 	if req.Token != "" {
