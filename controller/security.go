@@ -337,8 +337,12 @@ func (s *security) onEnroll(m *nats.Msg) {
 		return
 	}
 	// Known here before the agent, told it is admitted, reconnects to this
-	// server; the watch brings it to the other controllers.
-	s.set(r.NodeID, r)
+	// server; the watch brings it to the other controllers. An answer
+	// from memory changed nothing (and setting it could undo a newer
+	// record the watch brought meanwhile).
+	if !r.fromMemory {
+		s.set(r.NodeID, r.Enrollment)
+	}
 	if r.Status == api.EnrollPending {
 		s.log.Info("agent waits for approval", "node", req.NodeID, "groups", req.Groups, "approve", "grid node approve "+req.NodeID)
 	}
@@ -391,20 +395,31 @@ type enrollToken struct {
 
 func (t enrollToken) ok() bool { return t.file || t.scoped != "" }
 
+// enrolled is enroll's answer; fromMemory when nothing was stored.
+type enrolled struct {
+	*api.Enrollment
+	fromMemory bool
+}
+
 // enroll records or looks up the enrollment of key as req.NodeID. Before
 // anything about the node id is looked at, a request must come from a key
 // enrolled already or carry a genuine join token; otherwise the refusal is
 // a hiddenRefusal.
-func (s *security) enroll(ctx context.Context, key string, req api.EnrollRequest, now time.Time) (*api.Enrollment, error) {
+func (s *security) enroll(ctx context.Context, key string, req api.EnrollRequest, now time.Time) (enrolled, error) {
+	e, mem, err := s.enrollRecord(ctx, key, req, now)
+	return enrolled{Enrollment: e, fromMemory: mem}, err
+}
+
+func (s *security) enrollRecord(ctx context.Context, key string, req api.EnrollRequest, now time.Time) (*api.Enrollment, bool, error) {
 	if !nkeys.IsValidPublicUserKey(key) {
-		return nil, fmt.Errorf("public key %q is not an NKey user key", key)
+		return nil, false, fmt.Errorf("public key %q is not an NKey user key", key)
 	}
 	if !api.ValidToken(req.NodeID) {
-		return nil, fmt.Errorf("node_id %q: want letters, digits, '-' or '_'", req.NodeID)
+		return nil, false, fmt.Errorf("node_id %q: want letters, digits, '-' or '_'", req.NodeID)
 	}
 	for i, g := range req.Groups {
 		if !api.ValidGroup(g) {
-			return nil, fmt.Errorf("groups[%d] %q is not a valid group", i, g)
+			return nil, false, fmt.Errorf("groups[%d] %q is not a valid group", i, g)
 		}
 	}
 	groups := slices.Clone(req.Groups)
@@ -415,17 +430,17 @@ func (s *security) enroll(ctx context.Context, key string, req api.EnrollRequest
 	revoked := s.revoked[key]
 	s.mu.RUnlock()
 	if revoked {
-		return nil, errKeyRevoked
+		return nil, false, errKeyRevoked
 	}
 	if other != nil && other.NodeID != req.NodeID {
-		return nil, fmt.Errorf("this key is enrolled as node %s, not %s", other.NodeID, req.NodeID)
+		return nil, false, fmt.Errorf("this key is enrolled as node %s, not %s", other.NodeID, req.NodeID)
 	}
 	if other != nil && other.Status != api.EnrollRevoked && slices.Equal(other.Groups, groups) {
 		// Nothing to change (an agent's start, or its question after a
 		// reconnect): answered from memory, which is what Check decides
 		// on anyway.
 		e := *other
-		return &e, nil
+		return &e, true, nil
 	}
 	tok := enrollToken{tok: req.Token}
 	if req.Token != "" {
@@ -437,25 +452,25 @@ func (s *security) enroll(ctx context.Context, key string, req api.EnrollRequest
 	}
 	if other == nil && !tok.ok() {
 		if req.Token == "" {
-			return nil, &hiddenRefusal{"unknown key, no join token"}
+			return nil, false, &hiddenRefusal{"unknown key, no join token"}
 		}
-		return nil, &hiddenRefusal{"unknown key, a join token that is not this cluster's"}
+		return nil, false, &hiddenRefusal{"unknown key, a join token that is not this cluster's"}
 	}
 	if tok.scoped != "" {
 		// A genuine scoped token: its holder may learn why it cannot be
 		// used, before anything about the node id.
 		if err := s.joins.check(ctx, tok.scoped, tok.tok, groups, now); err != nil {
-			return nil, fmt.Errorf("join token %s: %w", tok.scoped, err)
+			return nil, false, fmt.Errorf("join token %s: %w", tok.scoped, err)
 		}
 	}
 	cur, err := s.kv.Get(ctx, req.NodeID)
 	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, fmt.Errorf("read enrollment: %w", err)
+		return nil, false, fmt.Errorf("read enrollment: %w", err)
 	}
 	if cur == nil {
 		if !tok.ok() {
 			// A known key whose record is gone (deleted meanwhile).
-			return nil, &hiddenRefusal{"the key's enrollment record is gone and the request has no join token"}
+			return nil, false, &hiddenRefusal{"the key's enrollment record is gone and the request has no join token"}
 		}
 		e := &api.Enrollment{NodeID: req.NodeID, PublicKey: key, Groups: groups, Status: api.EnrollPending, RequestedAt: now}
 		if s.autoAdmit {
@@ -463,31 +478,31 @@ func (s *security) enroll(ctx context.Context, key string, req api.EnrollRequest
 		}
 		b, _ := json.Marshal(e)
 		if err := s.useToken(ctx, tok, groups, now); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		if _, err := s.kv.Create(ctx, req.NodeID, b); err != nil {
 			s.giveBack(ctx, tok)
 			if isRevisionConflict(err) {
-				return nil, errEnrollConflict
+				return nil, false, errEnrollConflict
 			}
-			return nil, fmt.Errorf("store enrollment: %w", err)
+			return nil, false, fmt.Errorf("store enrollment: %w", err)
 		}
-		return e, nil
+		return e, false, nil
 	}
 	var e api.Enrollment
 	if err := json.Unmarshal(cur.Value(), &e); err != nil {
-		return nil, fmt.Errorf("stored enrollment of %s: %w", req.NodeID, err)
+		return nil, false, fmt.Errorf("stored enrollment of %s: %w", req.NodeID, err)
 	}
 	switch {
 	case e.PublicKey == key && e.Status == api.EnrollRevoked:
-		return nil, errKeyRevoked
+		return nil, false, errKeyRevoked
 	case e.PublicKey == key && slices.Equal(e.Groups, groups):
-		return &e, nil
+		return &e, false, nil
 	case e.PublicKey == key:
 		// New groups are a new enrollment: the token again, and approval
 		// unless auto-admitted.
 		if !tok.ok() {
-			return nil, fmt.Errorf("groups changed from %v to %v: enroll again with the join token", e.Groups, groups)
+			return nil, false, fmt.Errorf("groups changed from %v to %v: enroll again with the join token", e.Groups, groups)
 		}
 		e.Groups, e.Status, e.RequestedAt, e.DecidedAt = groups, api.EnrollPending, now, time.Time{}
 		if s.autoAdmit {
@@ -495,24 +510,24 @@ func (s *security) enroll(ctx context.Context, key string, req api.EnrollRequest
 		}
 	case !tok.ok():
 		// Not reached: an unknown key without a token was refused above.
-		return nil, &hiddenRefusal{"node id enrolled with another key, no join token"}
+		return nil, false, &hiddenRefusal{"node id enrolled with another key, no join token"}
 	case e.Status == api.EnrollRevoked:
 		// The node id of a revoked agent comes back with a new key: an
 		// operator decides, whatever auto_admit says.
 		e.RevokedKeys = appendRevoked(e.RevokedKeys, e.PublicKey)
 		e.PublicKey, e.Groups, e.Status, e.RequestedAt, e.DecidedAt = key, groups, api.EnrollPending, now, time.Time{}
 	default:
-		return nil, fmt.Errorf("node id %s is enrolled with another key; revoke it first (grid node revoke %s)", req.NodeID, req.NodeID)
+		return nil, false, fmt.Errorf("node id %s is enrolled with another key; revoke it first (grid node revoke %s)", req.NodeID, req.NodeID)
 	}
 	b, _ := json.Marshal(e)
 	if err := s.useToken(ctx, tok, groups, now); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if _, err := s.kv.Update(ctx, req.NodeID, b, cur.Revision()); err != nil {
 		s.giveBack(ctx, tok)
-		return nil, fmt.Errorf("%w (%w)", errEnrollConflict, err)
+		return nil, false, fmt.Errorf("%w (%w)", errEnrollConflict, err)
 	}
-	return &e, nil
+	return &e, false, nil
 }
 
 // useToken counts a use of a scoped token (the file's token has no count).
