@@ -43,6 +43,14 @@ const (
 	enrollVouchedMax   = 400
 	// enrollKeysTracked bounds the per-key limiters kept in memory.
 	enrollKeysTracked = 10000
+	// A key with enrollFloodKick requests over its rate (within a minute)
+	// floods: its connections to this server are closed and it may not
+	// connect for enrollBan, except as an admitted agent. However fast the
+	// handler, a client on a fast link can fill the subscription's pending
+	// queue, where a real request would be dropped with the flood; the
+	// server's own authentication is what bounds a flood's rate then.
+	enrollFloodKick = 20
+	enrollBan       = time.Minute
 )
 
 // enrollGate drops enrollment requests before they cost anything: too
@@ -57,14 +65,17 @@ type enrollGate struct {
 	mu   sync.Mutex
 	keys map[string]*keyLimit
 
-	oversized, perKey, overBudget atomic.Int64
+	oversized, perKey, overBudget, kicked atomic.Int64
 	// sub is the enrollment subscription, for its own drop count.
 	sub atomic.Pointer[nats.Subscription]
 }
 
 type keyLimit struct {
-	lim  *rate.Limiter
-	last time.Time
+	lim    *rate.Limiter
+	last   time.Time
+	drops  int
+	since  time.Time // of the drops counted
+	banned time.Time // refused to connect until then
 }
 
 func newEnrollGate(log *slog.Logger) *enrollGate {
@@ -79,18 +90,53 @@ func newEnrollGate(log *slog.Logger) *enrollGate {
 }
 
 // admit decides before decoding: the size cap and the key's own rate.
-func (g *enrollGate) admit(key string, size int, now time.Time) bool {
+// kick says the key floods: close its connections.
+func (g *enrollGate) admit(key string, size int, now time.Time) (ok, kick bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	kl := g.limit(key, now)
 	if size > maxEnrollRequest {
 		g.oversized.Add(1)
 		g.report()
-		return false
+		return false, g.dropped(kl, now)
 	}
+	kl.last = now
+	if kl.lim.AllowN(now, 1) {
+		return true, false
+	}
+	g.perKey.Add(1)
+	g.report()
+	return false, g.dropped(kl, now)
+}
+
+// dropped counts a key's drop and says whether it now floods. g.mu held.
+func (g *enrollGate) dropped(kl *keyLimit, now time.Time) bool {
+	if now.Sub(kl.since) > time.Minute {
+		kl.drops, kl.since = 0, now
+	}
+	kl.drops++
+	if kl.drops < enrollFloodKick || now.Before(kl.banned) {
+		return false // not yet, or kicked already: its backlog drains
+	}
+	kl.drops, kl.since, kl.banned = 0, now, now.Add(enrollBan)
+	return true
+}
+
+// banned reports whether a key flooded lately.
+func (g *enrollGate) banned(key string, now time.Time) bool {
 	g.mu.Lock()
+	defer g.mu.Unlock()
+	kl := g.keys[key]
+	return kl != nil && now.Before(kl.banned)
+}
+
+// limit returns the key's limiter, made on first use. g.mu held.
+func (g *enrollGate) limit(key string, now time.Time) *keyLimit {
 	kl := g.keys[key]
 	if kl == nil {
 		if len(g.keys) >= enrollKeysTracked {
 			for k, v := range g.keys {
-				if now.Sub(v.last) > time.Minute {
+				if now.Sub(v.last) > time.Minute && !now.Before(v.banned) {
 					delete(g.keys, k)
 				}
 			}
@@ -98,17 +144,10 @@ func (g *enrollGate) admit(key string, size int, now time.Time) bool {
 				clear(g.keys) // a flood of fresh keys: start over
 			}
 		}
-		kl = &keyLimit{lim: rate.NewLimiter(enrollKeyRate, enrollKeyBurst)}
+		kl = &keyLimit{lim: rate.NewLimiter(enrollKeyRate, enrollKeyBurst), last: now, since: now}
 		g.keys[key] = kl
 	}
-	kl.last = now
-	ok := kl.lim.AllowN(now, 1)
-	g.mu.Unlock()
-	if !ok {
-		g.perKey.Add(1)
-		g.report()
-	}
-	return ok
+	return kl
 }
 
 // budget takes one request from its class's budget.
@@ -125,6 +164,15 @@ func (g *enrollGate) budget(vouched bool, now time.Time) bool {
 	return false
 }
 
+// kick closes a flooding key's connections to this server (the ban then
+// keeps it out for a while), off the subscription's goroutine.
+func (s *security) kick(key string) {
+	s.gate.kicked.Add(1)
+	s.gate.logRefusal("closing the connections of a key that floods enrollment requests; it may not connect for a while",
+		"key", key, "for", enrollBan)
+	go s.disconnect(key, false)
+}
+
 // report logs the drops so far, at most once per 10s.
 func (g *enrollGate) report() {
 	if !g.logs.Allow() {
@@ -136,7 +184,7 @@ func (g *enrollGate) report() {
 	}
 	g.log.Warn("dropping enrollment requests (a flood?); totals since start",
 		"oversized", g.oversized.Load(), "over_key_rate", g.perKey.Load(), "over_budget", g.overBudget.Load(),
-		"over_pending_limits", sub, "max_bytes", maxEnrollRequest)
+		"over_pending_limits", sub, "keys_disconnected", g.kicked.Load(), "max_bytes", maxEnrollRequest)
 }
 
 // logRefusal logs a refusal's details, at a bounded rate: strangers may

@@ -136,6 +136,10 @@ func (s *security) Check(c server.ClientAuthentication) bool {
 	e := s.byKey[o.Nkey]
 	revoked := s.revoked[o.Nkey]
 	s.mu.RUnlock()
+	admitted := e != nil && e.Status == api.EnrollAdmitted
+	if !admitted && s.gate.banned(o.Nkey, time.Now().UTC()) {
+		return false // flooded the enrollment subject lately
+	}
 	switch {
 	case revoked:
 		// Only to hear "revoked" in answer to its enrollment request, so
@@ -301,7 +305,10 @@ func (s *security) onEnroll(m *nats.Msg) {
 		_ = m.Respond(b)
 	}
 	now := time.Now().UTC()
-	if !s.gate.admit(key, len(m.Data), now) {
+	if ok, kick := s.gate.admit(key, len(m.Data), now); !ok {
+		if kick {
+			s.kick(key)
+		}
 		return
 	}
 	var req api.EnrollRequest
