@@ -435,4 +435,3 @@ func TestRevokedAgentExits(t *testing.T) {
 		t.Fatalf("enrollment after the agent stopped: %v", err)
 	}
 }
-
