@@ -338,7 +338,6 @@ func TestEnrollmentFloodDoesNotStarveRealEnrollment(t *testing.T) {
 	default:
 		t.Fatal("no flooding connection was closed")
 	}
-	// The controller's own connection survived: it still answers.
 	// The controller's own connection survived: once the backlog the
 	// flood left in the server's buffers is read, it answers strangers
 	// again.
