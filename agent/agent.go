@@ -119,8 +119,10 @@ type Agent struct {
 	failCh   chan struct{}
 	err      atomic.Pointer[error]
 	// pub is the agent's public NKey on a secured bus ("" otherwise).
-	pub  string
-	done chan struct{}
+	pub string
+	// lastRevokedCheck is when the heartbeat last asked (checkRevoked).
+	lastRevokedCheck time.Time
+	done             chan struct{}
 
 	stats stats
 	obs   *observer

@@ -19,6 +19,10 @@ import (
 // pending or no controller answers.
 const enrollRetry = 2 * time.Second
 
+// revokedCheckEvery spaces the agent's questions about its enrollment
+// (the controller limits each key to one a second).
+const revokedCheckEvery = 3 * time.Second
+
 // errNotAdmitted is a refusal from a controller: retrying will not help.
 var errNotAdmitted = errors.New("enrollment refused")
 
@@ -114,9 +118,13 @@ func (a *Agent) revokedErr(why string) error {
 // stands, and returns an ErrRevoked error when it was revoked; nil
 // otherwise (including when no controller answers).
 func (a *Agent) checkRevoked(ctx context.Context) error {
-	if a.pub == "" {
+	// Only while connected (a request made while disconnected would wait
+	// in the reconnect buffer and reach the controller with the others),
+	// and at most once per revokedCheckEvery.
+	if a.pub == "" || !a.nc.IsConnected() || time.Since(a.lastRevokedCheck) < revokedCheckEvery {
 		return nil
 	}
+	a.lastRevokedCheck = time.Now()
 	req, _ := json.Marshal(api.EnrollRequest{NodeID: a.id, Groups: a.cfg.Groups})
 	// Within a beat: the heartbeat waits for the answer.
 	rctx, cancel := context.WithTimeout(ctx, min(opTimeout, a.cfg.HeartbeatInterval.D()))

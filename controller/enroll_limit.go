@@ -234,3 +234,11 @@ func (s *security) subscribe(nc *nats.Conn) (*nats.Subscription, error) {
 	s.gate.sub.Store(sub)
 	return sub, nil
 }
+
+// isAdmitted reports whether key is an admitted agent's.
+func (s *security) isAdmitted(key string) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	e := s.byKey[key]
+	return e != nil && e.Status == api.EnrollAdmitted
+}

@@ -306,7 +306,9 @@ func (s *security) onEnroll(m *nats.Msg) {
 	}
 	now := time.Now().UTC()
 	if ok, kick := s.gate.admit(key, len(m.Data), now); !ok {
-		if kick {
+		// An admitted agent is never cut off for asking too often (its
+		// questions pile up while it is disconnected); others are.
+		if kick && !s.isAdmitted(key) {
 			s.kick(key)
 		}
 		return
