@@ -112,7 +112,16 @@ type Agent struct {
 	started  atomic.Bool
 	killOnce sync.Once
 	killCh   chan struct{}
-	done     chan struct{}
+	// failCh closes when the agent must stop on its own (see fail); err
+	// says why.
+	failOnce sync.Once
+	failCh   chan struct{}
+	err      atomic.Pointer[error]
+	// pub is the agent's public NKey on a secured bus ("" otherwise).
+	pub string
+	// lastRevokedCheck is when the heartbeat last asked (checkRevoked).
+	lastRevokedCheck time.Time
+	done             chan struct{}
 
 	stats stats
 	obs   *observer
@@ -206,6 +215,7 @@ func New(cfg Config) (*Agent, error) {
 		stopCh:     make(chan struct{}),
 		hbDone:     make(chan struct{}),
 		killCh:     make(chan struct{}),
+		failCh:     make(chan struct{}),
 		done:       make(chan struct{}),
 	}
 	a.schemasJSON, err = json.Marshal(schemas)
@@ -246,6 +256,23 @@ func (a *Agent) Info() api.NodeInfo {
 
 // Done closes once the agent has fully stopped (or Start failed).
 func (a *Agent) Done() <-chan struct{} { return a.done }
+
+// Err says why the agent stopped on its own (ErrRevoked), once Done is
+// closed; nil after a stop that was asked for.
+func (a *Agent) Err() error {
+	if p := a.err.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// fail stops the agent on its own, with err as its Err.
+func (a *Agent) fail(err error) {
+	a.failOnce.Do(func() {
+		a.err.Store(&err)
+		close(a.failCh)
+	})
+}
 
 // Start connects, waits for a controller's buckets, registers the node,
 // subscribes to commands and starts heartbeating. It returns once the node
@@ -449,6 +476,12 @@ func (a *Agent) heartbeat(ctx context.Context) {
 		// schemas bucket's contents: register again (schemas included) so
 		// controllers can still resolve this node's digest.
 		if r := a.nc.Stats().Reconnects; r != reconnects {
+			// A revocation closes the connection: the reconnect is the
+			// first sign of one.
+			if err := a.checkRevoked(ctx); err != nil {
+				a.fail(err)
+				return
+			}
 			if err := a.registerOnce(ctx, d); err != nil {
 				if ctx.Err() == nil {
 					a.log.Warn("registering again after reconnect failed", "err", err)
@@ -458,6 +491,12 @@ func (a *Agent) heartbeat(ctx context.Context) {
 			}
 		} else if err := a.putInfoWithin(ctx, api.NodeOnline, d); err != nil && ctx.Err() == nil {
 			a.log.Warn("heartbeat failed", "err", err)
+			// A revoked agent's connection may only ask how its
+			// enrollment stands: stop rather than fail every beat.
+			if err := a.checkRevoked(ctx); err != nil {
+				a.fail(err)
+				return
+			}
 		}
 		a.sweep(time.Now())
 	}
@@ -492,6 +531,10 @@ func (a *Agent) lifecycle(ctx context.Context) {
 	case <-ctx.Done():
 		a.shutdown()
 	case <-a.killCh:
+		a.crash()
+	case <-a.failCh:
+		a.log.Error("agent stopping", "err", *a.err.Load())
+		a.nc.Close()
 		a.crash()
 	}
 }

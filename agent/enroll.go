@@ -19,8 +19,16 @@ import (
 // pending or no controller answers.
 const enrollRetry = 2 * time.Second
 
+// revokedCheckEvery spaces the agent's questions about its enrollment
+// (the controller limits each key to one a second).
+const revokedCheckEvery = 3 * time.Second
+
 // errNotAdmitted is a refusal from a controller: retrying will not help.
 var errNotAdmitted = errors.New("enrollment refused")
+
+// ErrRevoked ends an agent whose key was revoked (Agent.Err): no operator
+// action brings the key back; the agent must enroll a new one.
+var ErrRevoked = errors.New("agent revoked")
 
 // secureOptions returns the connection options of a secured bus (TLS with
 // the CA, the agent's NKey, replies under its own inbox prefix), enrolling
@@ -37,6 +45,7 @@ func (a *Agent) secureOptions(ctx context.Context) ([]nats.Option, error) {
 	if err != nil {
 		return nil, fmt.Errorf("agent key: %w", err)
 	}
+	a.pub = pub
 	opts := []nats.Option{
 		nats.RootCAs(a.cfg.CAFile),
 		nats.Nkey(pub, kp.Sign),
@@ -81,6 +90,8 @@ func (a *Agent) enroll(ctx context.Context, pub, token string, opts []nats.Optio
 			a.log.Info("enrollment: no controller answered yet", "err", err)
 		case json.Unmarshal(msg.Data, &reply) != nil:
 			a.log.Warn("enrollment: malformed reply")
+		case reply.Status == api.EnrollRevoked:
+			return a.revokedErr(reply.Error)
 		case reply.Error != "":
 			return fmt.Errorf("%w: %s", errNotAdmitted, reply.Error)
 		case reply.Status == api.EnrollAdmitted:
@@ -96,4 +107,35 @@ func (a *Agent) enroll(ctx context.Context, pub, token string, opts []nats.Optio
 		case <-time.After(enrollRetry):
 		}
 	}
+}
+
+func (a *Agent) revokedErr(why string) error {
+	return fmt.Errorf("%w (%w): node %s: %s (key file %s)", errNotAdmitted, ErrRevoked, a.id, why,
+		filepath.Join(a.cfg.DataDir, pki.AgentKeyFile))
+}
+
+// checkRevoked asks, on the agent's own connection, how its enrollment
+// stands, and returns an ErrRevoked error when it was revoked; nil
+// otherwise (including when no controller answers).
+func (a *Agent) checkRevoked(ctx context.Context) error {
+	// Only while connected (a request made while disconnected would wait
+	// in the reconnect buffer and reach the controller with the others),
+	// and at most once per revokedCheckEvery.
+	if a.pub == "" || !a.nc.IsConnected() || time.Since(a.lastRevokedCheck) < revokedCheckEvery {
+		return nil
+	}
+	a.lastRevokedCheck = time.Now()
+	req, _ := json.Marshal(api.EnrollRequest{NodeID: a.id, Groups: a.cfg.Groups})
+	// Within a beat: the heartbeat waits for the answer.
+	rctx, cancel := context.WithTimeout(ctx, min(opTimeout, a.cfg.HeartbeatInterval.D()))
+	defer cancel()
+	msg, err := a.nc.RequestWithContext(rctx, api.EnrollSubject(a.pub), req)
+	if err != nil {
+		return nil
+	}
+	var reply api.EnrollReply
+	if json.Unmarshal(msg.Data, &reply) == nil && reply.Status == api.EnrollRevoked {
+		return a.revokedErr(reply.Error)
+	}
+	return nil
 }

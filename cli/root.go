@@ -181,6 +181,7 @@ Started by Terraform, the same binary serves the Terraform provider.`,
 		newStatusCommand(g),
 		newBackendsCommand(g),
 		newTokenCommand(g),
+		newJoinTokenCommand(g),
 		newVersionCommand(g),
 		serverCommand(newControllerCommand(g), "The controller writes its admin token to DATA_DIR/"+controller.AdminTokenFile+
 			" at first start; make more with \"grid token create\"."),

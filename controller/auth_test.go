@@ -127,6 +127,7 @@ func TestEveryRouteNeedsTokenAndRole(t *testing.T) {
 		"POST /job": api.RoleOperator, "POST /job/{id}/cancel": api.RoleOperator, "GET /job/{id}": api.RoleRead,
 		"GET /jobs": api.RoleRead, "GET /nodes": api.RoleRead, "GET /status": api.RoleRead,
 		"POST /token": api.RoleAdmin, "GET /tokens": api.RoleAdmin, "DELETE /token/{name}": api.RoleAdmin,
+		"POST /join-token": api.RoleAdmin, "GET /join-tokens": api.RoleAdmin, "DELETE /join-token/{name}": api.RoleAdmin,
 		"GET /metrics": api.RoleMetrics, "GET /healthz": "", "GET /readyz": "",
 	}
 	got := map[string]api.Role{}

@@ -403,10 +403,17 @@ func (c *Controller) setupNodes(ctx context.Context, s *startup) error {
 		if err == nil {
 			err = c.sec.watch(s.runCtx, &c.loops, enrollKV)
 		}
+		var joinKV jetstream.KeyValue
+		if err == nil {
+			joinKV, err = c.js.KeyValue(ctx, api.BucketJoinTokens)
+		}
+		if err == nil {
+			c.sec.joins, err = openJoinTokens(s.runCtx, &c.loops, joinKV, c.log)
+		}
 		if err != nil {
 			return fmt.Errorf("enrollments: %w", err)
 		}
-		enrollSub, err := c.nc.QueueSubscribe(api.SubjectEnrollAll, "grid-enroll", c.sec.onEnroll)
+		enrollSub, err := c.sec.subscribe(c.nc)
 		if err != nil {
 			return fmt.Errorf("enrollments: %w", err)
 		}

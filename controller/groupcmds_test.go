@@ -24,6 +24,11 @@ func TestAgentCannotReadOtherGroupsCommands(t *testing.T) {
 	f := fleettest.Start(t, fleet.Options{Agents: 2, Agent: func(i int, c *agent.Config) { c.Groups = groups[i] }})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	// The attacker stops the agent and uses its key (while the agent is
+	// connected the server refuses a second connection with it).
+	if err := f.KillAgent("node-1"); err != nil {
+		t.Fatal(err)
+	}
 	a, err := connectAs(t, f, "node-1")
 	if err != nil {
 		t.Fatal(err)

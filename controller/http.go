@@ -41,6 +41,9 @@ func (c *Controller) apiRoutes() []route {
 		{"GET /enrollments", api.RoleAdmin, h(c.handleListEnrollments)},
 		{"POST /enrollments/{id}/approve", api.RoleAdmin, h(c.handleDecide(api.EnrollAdmitted))},
 		{"POST /enrollments/{id}/revoke", api.RoleAdmin, h(c.handleDecide(api.EnrollRevoked))},
+		{"POST /join-token", api.RoleAdmin, h(c.handleCreateJoinToken)},
+		{"GET /join-tokens", api.RoleAdmin, h(c.handleListJoinTokens)},
+		{"DELETE /join-token/{name}", api.RoleAdmin, h(c.handleRevokeJoinToken)},
 		// The dashboard: its files hold no data and load without a token
 		// (the sign-in page is one of them); its data routes need read.
 		{"GET /ui/", public, ui.Handler("/ui/")},

@@ -27,6 +27,11 @@ func TestNodeReportingCancelledDoesNotCancelTheJob(t *testing.T) {
 		cur, err := f.Client().GetJob(ctx, job.ID)
 		return err == nil && nodeStatus(cur, 0, "node-1") == api.StepRunning && nodeStatus(cur, 0, "node-2") == api.StepRunning
 	})
+	// The attacker stops the agent and uses its key (while the agent is
+	// connected the server refuses a second connection with it).
+	if err := f.KillAgent("node-1"); err != nil {
+		t.Fatal(err)
+	}
 	a, err := connectAs(t, f, "node-1")
 	if err != nil {
 		t.Fatal(err)

@@ -23,6 +23,11 @@ func TestNodeRecordWithControlCharactersRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The attacker stops the agent and uses its key (while the agent is
+	// connected the server refuses a second connection with it).
+	if err := f.KillAgent("node-1"); err != nil {
+		t.Fatal(err)
+	}
 	a, err := connectAs(t, f, "node-1")
 	if err != nil {
 		t.Fatal(err)

@@ -29,6 +29,11 @@ func TestProgressReportsCannotWedgeAJob(t *testing.T) {
 		cur, err := f.Client().GetJob(ctx, job.ID)
 		return err == nil && nodeStatus(cur, 0, "node-1") == api.StepRunning
 	})
+	// The attacker stops the agent and uses its key (while the agent is
+	// connected the server refuses a second connection with it).
+	if err := f.KillAgent("node-1"); err != nil {
+		t.Fatal(err)
+	}
 	a, err := connectAs(t, f, "node-1")
 	if err != nil {
 		t.Fatal(err)
@@ -41,6 +46,12 @@ func TestProgressReportsCannotWedgeAJob(t *testing.T) {
 		if err := a.nc.Publish(api.ProgressSubject(job.ID, 0, "node-1"), b); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// The task ends, reported by the node's key.
+	final, _ := json.Marshal(api.TaskResult{JobID: job.ID, TaskIndex: 0, NodeID: "node-1", Attempt: 1, Status: api.StepSuccess,
+		Timestamp: time.Now().UTC()})
+	if err := a.ask(ctx, api.ReportSubject(job.ID, 0, "node-1"), final); err != nil {
+		t.Fatal(err)
 	}
 	done, err := f.Client().WaitJob(ctx, job.ID)
 	if err != nil {

@@ -16,7 +16,7 @@ import (
 // the results stream, whose oldest results give way when it is full, with
 // results of made-up jobs.
 func TestReportsOfUnknownJobsAreNotStored(t *testing.T) {
-	f := fleettest.Start(t, fleet.Options{Agents: 1})
+	f := fleettest.Start(t, fleet.Options{Agents: 2})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	js := fleettest.JetStream(t, f)
@@ -29,6 +29,11 @@ func TestReportsOfUnknownJobsAreNotStored(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := info.State.Msgs
+	// The attacker stops the agent and uses its key (while the agent is
+	// connected the server refuses a second connection with it).
+	if err := f.KillAgent("node-1"); err != nil {
+		t.Fatal(err)
+	}
 	a, err := connectAs(t, f, "node-1")
 	if err != nil {
 		t.Fatal(err)
@@ -45,7 +50,7 @@ func TestReportsOfUnknownJobsAreNotStored(t *testing.T) {
 		t.Errorf("results stream holds %d messages after the made-up reports, had %d (%v)", info.State.Msgs, before, err)
 	}
 	// A real job's result is still stored and counted.
-	j, err := f.Client().SubmitJob(ctx, &api.JobSpec{Target: api.Target{Scope: api.ScopeAll}, Tasks: []api.Phase{{Backend: "ping", Action: "echo"}}})
+	j, err := f.Client().SubmitJob(ctx, &api.JobSpec{Target: api.Target{Scope: api.ScopeNode, Value: "node-2"}, Tasks: []api.Phase{{Backend: "ping", Action: "echo"}}})
 	if err != nil {
 		t.Fatal(err)
 	}

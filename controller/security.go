@@ -47,6 +47,12 @@ type security struct {
 	// replies answers enrollment requests in the requester's inbox only.
 	replies *replies
 
+	// joins are the scoped join tokens (nil until the bucket is open).
+	joins   *joinTokens
+	gate    *enrollGate
+	fileTok fileToken
+	live    liveConns
+
 	mu      sync.RWMutex
 	byNode  map[string]*api.Enrollment
 	byKey   map[string]*api.Enrollment
@@ -86,6 +92,7 @@ func newSecurity(cfg Config, log *slog.Logger) (*security, error) {
 			ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12},
 		clientTLS: &tls.Config{Certificates: []tls.Certificate{ctl}, RootCAs: pool, MinVersion: tls.VersionTLS12},
 		byNode:    map[string]*api.Enrollment{}, byKey: map[string]*api.Enrollment{}, revoked: map[string]bool{},
+		gate: newEnrollGate(log),
 	}, nil
 }
 
@@ -97,8 +104,10 @@ func (s *security) clientOptions() []nats.Option {
 // Check decides on one client connection: a controller (a client
 // certificate of the CA naming ControllerURI) may do anything; an NKey
 // holder that proves its key gets the permissions of its enrollment, or,
-// when not enrolled yet, only its enrollment request; a revoked key and
-// anything else is refused.
+// when not enrolled yet or revoked, only its enrollment request (whose
+// answer tells a revoked agent so); anything else is refused. A second
+// real connection of an admitted key is refused while the first is live
+// (admitOnce).
 func (s *security) Check(c server.ClientAuthentication) bool {
 	if c.Kind() != server.CLIENT {
 		return false
@@ -129,10 +138,24 @@ func (s *security) Check(c server.ClientAuthentication) bool {
 	e := s.byKey[o.Nkey]
 	revoked := s.revoked[o.Nkey]
 	s.mu.RUnlock()
+	admitted := e != nil && e.Status == api.EnrollAdmitted
+	if !admitted && s.gate.banned(o.Nkey, time.Now().UTC()) {
+		return false // flooded the enrollment subject lately
+	}
 	switch {
 	case revoked:
-		return false
+		// Only to hear "revoked" in answer to its enrollment request, so
+		// that the agent stops instead of retrying forever.
+		c.RegisterUser(&server.User{Username: "revoked", Permissions: enrolleePermissions(o.Nkey)})
+	case strings.HasPrefix(o.Name, api.EnrollConnName):
+		// The agent's enrollment connection only ever asks to be
+		// enrolled: it gets that alone, so that sparing it from the
+		// duplicate check (and from disconnect) gives a name nothing.
+		c.RegisterUser(&server.User{Username: "enrolling", Permissions: enrolleePermissions(o.Nkey)})
 	case e != nil && e.Status == api.EnrollAdmitted:
+		if !s.admitOnce(c, o.Nkey, e.NodeID) {
+			return false
+		}
 		c.RegisterUser(&server.User{Username: "node:" + e.NodeID, Permissions: agentPermissions(e)})
 	default:
 		c.RegisterUser(&server.User{Username: "enrolling", Permissions: enrolleePermissions(o.Nkey)})
@@ -271,19 +294,9 @@ func (s *security) disconnect(key string, keepEnrolling bool) {
 	}
 }
 
-// joinToken reads the join token at every use, so that replacing the file
-// rotates it without a restart.
-func (s *security) joinToken() string {
-	t, err := pki.ReadToken(filepath.Join(s.dataDir, pki.JoinTokenFile))
-	if err != nil {
-		s.log.Warn("join token unreadable; refusing enrollments", "err", err)
-		return ""
-	}
-	return t
-}
-
 // onEnroll answers an enrollment request. The subject names the key (the
-// server lets each connection publish only on its own).
+// server lets each connection publish only on its own). Requests too large
+// or too frequent are dropped unanswered (enrollGate).
 func (s *security) onEnroll(m *nats.Msg) {
 	key := strings.TrimPrefix(m.Subject, "grid.enroll.")
 	// Only to the key's own inbox: any key may ask, and an answer written
@@ -295,41 +308,131 @@ func (s *security) onEnroll(m *nats.Msg) {
 		b, _ := json.Marshal(r)
 		_ = m.Respond(b)
 	}
+	now := time.Now().UTC()
+	if ok, kick := s.gate.admit(key, len(m.Data), now); !ok {
+		// An admitted agent is never cut off for asking too often (its
+		// questions pile up while it is disconnected); others are.
+		if kick && !s.isAdmitted(key) {
+			s.kick(key)
+		}
+		return
+	}
 	var req api.EnrollRequest
 	if err := json.Unmarshal(m.Data, &req); err != nil {
-		reply(api.EnrollReply{Error: "malformed enrollment request: " + err.Error()})
+		if s.gate.budget(false, now) {
+			reply(api.EnrollReply{Error: "malformed enrollment request: " + err.Error()})
+		}
+		return
+	}
+	// A known key is answered from memory (below) and limited by its own
+	// rate alone; others take from their class's budget.
+	if known, vouched := s.vouched(key, req.Token, now); !known && !s.gate.budget(vouched, now) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	r, err := s.enroll(ctx, key, req, time.Now().UTC())
-	if err != nil {
+	r, err := s.enroll(ctx, key, req, now)
+	var hidden *hiddenRefusal
+	switch {
+	case errors.As(err, &hidden):
+		// The same answer whether the node id exists or not; the reason
+		// only in the log.
+		s.gate.logRefusal("enrollment refused", "node", req.NodeID, "key", key, "reason", hidden.why)
+		reply(api.EnrollReply{Error: errEnrollRefused})
+		return
+	case errors.Is(err, errKeyRevoked):
+		s.gate.logRefusal("enrollment refused: the key was revoked", "node", req.NodeID, "key", key)
+		reply(api.EnrollReply{Status: api.EnrollRevoked, Error: err.Error()})
+		return
+	case err != nil:
 		s.log.Warn("enrollment refused", "node", req.NodeID, "key", key, "err", err)
 		reply(api.EnrollReply{Error: err.Error()})
 		return
 	}
 	// Known here before the agent, told it is admitted, reconnects to this
-	// server; the watch brings it to the other controllers.
-	s.set(r.NodeID, r)
+	// server; the watch brings it to the other controllers. An answer
+	// from memory changed nothing (and setting it could undo a newer
+	// record the watch brought meanwhile).
+	if !r.fromMemory {
+		s.set(r.NodeID, r.Enrollment)
+	}
 	if r.Status == api.EnrollPending {
 		s.log.Info("agent waits for approval", "node", req.NodeID, "groups", req.Groups, "approve", "grid node approve "+req.NodeID)
 	}
 	reply(api.EnrollReply{Status: r.Status})
 }
 
+// errEnrollRefused is all a request without a valid join token learns,
+// whatever the reason: it says nothing about which node ids exist.
+const errEnrollRefused = "enrollment refused: this key is not enrolled and the request has no valid join token " +
+	"(start the agent with --join-token or --join-token-file; the controller's log says more)"
+
+// hiddenRefusal is a refusal whose reason goes to the log only.
+type hiddenRefusal struct{ why string }
+
+func (h *hiddenRefusal) Error() string { return h.why }
+
+// errKeyRevoked answers a revoked key: what it must do, since nothing an
+// operator runs brings it back.
+var errKeyRevoked = errors.New("this agent's key was revoked: it can never be admitted again ('grid node approve' cannot undo a revocation). " +
+	"Delete the agent's agent.nk (in its data dir) and start it with a join token to enroll a new key; " +
+	"a revoked node id then waits for 'grid node approve'")
+
+// vouched reports whether a request comes from a key this controller knows,
+// or else carries a genuine join token: it then gets the budget real
+// enrollments share, not the strangers'.
+func (s *security) vouched(key, tok string, now time.Time) (known, vouched bool) {
+	s.mu.RLock()
+	known = s.byKey[key] != nil || s.revoked[key]
+	s.mu.RUnlock()
+	switch {
+	case known:
+		return true, true
+	case tok == "":
+		return false, false
+	}
+	if _, ok := s.joins.genuine(tok); ok {
+		return false, true
+	}
+	return false, pki.TokenEqual(tok, s.cachedJoinToken(now))
+}
+
 var errEnrollConflict = errors.New("enrollment changed meanwhile; try again")
 
-// enroll records or looks up the enrollment of key as req.NodeID.
-func (s *security) enroll(ctx context.Context, key string, req api.EnrollRequest, now time.Time) (*api.Enrollment, error) {
+// enrollToken is the join token of a request, as far as it is genuine.
+type enrollToken struct {
+	tok    string
+	file   bool   // the data dir's unscoped token
+	scoped string // the name of a genuine scoped token
+}
+
+func (t enrollToken) ok() bool { return t.file || t.scoped != "" }
+
+// enrolled is enroll's answer; fromMemory when nothing was stored.
+type enrolled struct {
+	*api.Enrollment
+	fromMemory bool
+}
+
+// enroll records or looks up the enrollment of key as req.NodeID. Before
+// anything about the node id is looked at, a request must come from a key
+// enrolled already or carry a genuine join token; otherwise the refusal is
+// a hiddenRefusal.
+func (s *security) enroll(ctx context.Context, key string, req api.EnrollRequest, now time.Time) (enrolled, error) {
+	e, mem, err := s.enrollRecord(ctx, key, req, now)
+	return enrolled{Enrollment: e, fromMemory: mem}, err
+}
+
+func (s *security) enrollRecord(ctx context.Context, key string, req api.EnrollRequest, now time.Time) (*api.Enrollment, bool, error) {
 	if !nkeys.IsValidPublicUserKey(key) {
-		return nil, fmt.Errorf("public key %q is not an NKey user key", key)
+		return nil, false, fmt.Errorf("public key %q is not an NKey user key", key)
 	}
 	if !api.ValidToken(req.NodeID) {
-		return nil, fmt.Errorf("node_id %q: want letters, digits, '-' or '_'", req.NodeID)
+		return nil, false, fmt.Errorf("node_id %q: want letters, digits, '-' or '_'", req.NodeID)
 	}
 	for i, g := range req.Groups {
 		if !api.ValidGroup(g) {
-			return nil, fmt.Errorf("groups[%d] %q is not a valid group", i, g)
+			return nil, false, fmt.Errorf("groups[%d] %q is not a valid group", i, g)
 		}
 	}
 	groups := slices.Clone(req.Groups)
@@ -340,68 +443,121 @@ func (s *security) enroll(ctx context.Context, key string, req api.EnrollRequest
 	revoked := s.revoked[key]
 	s.mu.RUnlock()
 	if revoked {
-		return nil, errors.New("this agent's key was revoked; it cannot enroll again (make a new key and enroll with the join token)")
+		return nil, false, errKeyRevoked
 	}
 	if other != nil && other.NodeID != req.NodeID {
-		return nil, fmt.Errorf("this key is enrolled as node %s, not %s", other.NodeID, req.NodeID)
+		return nil, false, fmt.Errorf("this key is enrolled as node %s, not %s", other.NodeID, req.NodeID)
 	}
-	tokenOK := req.Token != "" && pki.TokenEqual(req.Token, s.joinToken())
+	if other != nil && other.Status != api.EnrollRevoked && slices.Equal(other.Groups, groups) {
+		// Nothing to change (an agent's start, or its question after a
+		// reconnect): answered from memory, which is what Check decides
+		// on anyway.
+		e := *other
+		return &e, true, nil
+	}
+	tok := enrollToken{tok: req.Token}
+	if req.Token != "" {
+		if name, ok := s.joins.genuine(req.Token); ok {
+			tok.scoped = name
+		} else {
+			tok.file = pki.TokenEqual(req.Token, s.cachedJoinToken(now))
+		}
+	}
+	if other == nil && !tok.ok() {
+		if req.Token == "" {
+			return nil, false, &hiddenRefusal{"unknown key, no join token"}
+		}
+		return nil, false, &hiddenRefusal{"unknown key, a join token that is not this cluster's"}
+	}
+	if tok.scoped != "" {
+		// A genuine scoped token: its holder may learn why it cannot be
+		// used, before anything about the node id.
+		if err := s.joins.check(ctx, tok.scoped, tok.tok, groups, now); err != nil {
+			return nil, false, fmt.Errorf("join token %s: %w", tok.scoped, err)
+		}
+	}
 	cur, err := s.kv.Get(ctx, req.NodeID)
 	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, fmt.Errorf("read enrollment: %w", err)
+		return nil, false, fmt.Errorf("read enrollment: %w", err)
 	}
 	if cur == nil {
-		if !tokenOK {
-			return nil, errors.New("not enrolled and no valid join token: start the agent with --join-token or --join-token-file")
+		if !tok.ok() {
+			// A known key whose record is gone (deleted meanwhile).
+			return nil, false, &hiddenRefusal{"the key's enrollment record is gone and the request has no join token"}
 		}
 		e := &api.Enrollment{NodeID: req.NodeID, PublicKey: key, Groups: groups, Status: api.EnrollPending, RequestedAt: now}
 		if s.autoAdmit {
 			e.Status, e.DecidedAt = api.EnrollAdmitted, now
 		}
 		b, _ := json.Marshal(e)
-		if _, err := s.kv.Create(ctx, req.NodeID, b); err != nil {
-			if errors.Is(err, jetstream.ErrKeyExists) {
-				return nil, errEnrollConflict
-			}
-			return nil, fmt.Errorf("store enrollment: %w", err)
+		if err := s.useToken(ctx, tok, groups, now); err != nil {
+			return nil, false, err
 		}
-		return e, nil
+		if _, err := s.kv.Create(ctx, req.NodeID, b); err != nil {
+			s.giveBack(ctx, tok)
+			if isRevisionConflict(err) {
+				return nil, false, errEnrollConflict
+			}
+			return nil, false, fmt.Errorf("store enrollment: %w", err)
+		}
+		return e, false, nil
 	}
 	var e api.Enrollment
 	if err := json.Unmarshal(cur.Value(), &e); err != nil {
-		return nil, fmt.Errorf("stored enrollment of %s: %w", req.NodeID, err)
+		return nil, false, fmt.Errorf("stored enrollment of %s: %w", req.NodeID, err)
 	}
 	switch {
 	case e.PublicKey == key && e.Status == api.EnrollRevoked:
-		return nil, errors.New("this agent was revoked")
+		return nil, false, errKeyRevoked
 	case e.PublicKey == key && slices.Equal(e.Groups, groups):
-		return &e, nil
+		return &e, false, nil
 	case e.PublicKey == key:
 		// New groups are a new enrollment: the token again, and approval
 		// unless auto-admitted.
-		if !tokenOK {
-			return nil, fmt.Errorf("groups changed from %v to %v: enroll again with the join token", e.Groups, groups)
+		if !tok.ok() {
+			return nil, false, fmt.Errorf("groups changed from %v to %v: enroll again with the join token", e.Groups, groups)
 		}
 		e.Groups, e.Status, e.RequestedAt, e.DecidedAt = groups, api.EnrollPending, now, time.Time{}
 		if s.autoAdmit {
 			e.Status, e.DecidedAt = api.EnrollAdmitted, now
 		}
+	case !tok.ok():
+		// Not reached: an unknown key without a token was refused above.
+		return nil, false, &hiddenRefusal{"node id enrolled with another key, no join token"}
 	case e.Status == api.EnrollRevoked:
 		// The node id of a revoked agent comes back with a new key: an
 		// operator decides, whatever auto_admit says.
-		if !tokenOK {
-			return nil, errors.New("not enrolled and no valid join token: start the agent with --join-token or --join-token-file")
-		}
 		e.RevokedKeys = appendRevoked(e.RevokedKeys, e.PublicKey)
 		e.PublicKey, e.Groups, e.Status, e.RequestedAt, e.DecidedAt = key, groups, api.EnrollPending, now, time.Time{}
 	default:
-		return nil, fmt.Errorf("node id %s is enrolled with another key; revoke it first (grid node revoke %s)", req.NodeID, req.NodeID)
+		return nil, false, fmt.Errorf("node id %s is enrolled with another key; revoke it first (grid node revoke %s)", req.NodeID, req.NodeID)
 	}
 	b, _ := json.Marshal(e)
-	if _, err := s.kv.Update(ctx, req.NodeID, b, cur.Revision()); err != nil {
-		return nil, fmt.Errorf("%w (%w)", errEnrollConflict, err)
+	if err := s.useToken(ctx, tok, groups, now); err != nil {
+		return nil, false, err
 	}
-	return &e, nil
+	if _, err := s.kv.Update(ctx, req.NodeID, b, cur.Revision()); err != nil {
+		s.giveBack(ctx, tok)
+		return nil, false, fmt.Errorf("%w (%w)", errEnrollConflict, err)
+	}
+	return &e, false, nil
+}
+
+// useToken counts a use of a scoped token (the file's token has no count).
+func (s *security) useToken(ctx context.Context, tok enrollToken, groups []string, now time.Time) error {
+	if tok.scoped == "" {
+		return nil
+	}
+	if err := s.joins.use(ctx, tok.scoped, tok.tok, groups, now); err != nil {
+		return fmt.Errorf("join token %s: %w", tok.scoped, err)
+	}
+	return nil
+}
+
+func (s *security) giveBack(ctx context.Context, tok enrollToken) {
+	if tok.scoped != "" {
+		s.joins.giveBack(ctx, tok.scoped, tok.tok)
+	}
 }
 
 // appendRevoked keeps the last 16 revoked keys of a node id.

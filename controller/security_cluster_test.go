@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -121,5 +122,49 @@ func TestClusterAgentEnrolledThroughOneConnectsToAnother(t *testing.T) {
 	done, err := cl.WaitJob(ctx, j.ID)
 	if err != nil || done.Status != api.JobCompleted {
 		t.Fatalf("job through ctl-2 on roamer: %v %+v", err, done)
+	}
+
+	// A scoped join token with 2 uses, made through ctl-2, and enrollments
+	// through all three servers at once: exactly 2 succeed, whichever
+	// controllers answer them.
+	nt, err := cl.CreateJoinToken(ctx, api.JoinTokenRequest{Name: "twice", TTL: api.Duration(time.Hour), Uses: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const m = 9
+	ens := make([]*enrollee, m)
+	for i := range ens {
+		ens[i] = newEnrolleeAt(t, ctls[i%n].NATSURL(), filepath.Join(shared, pki.CAFile))
+	}
+	replies := make([]api.EnrollReply, m)
+	var ewg sync.WaitGroup
+	for i := range m {
+		ewg.Go(func() { replies[i] = ens[i].ask(t, fmt.Sprintf("twice-%d", i), nil, nt.Token) })
+	}
+	ewg.Wait()
+	won := 0
+	for _, r := range replies {
+		if r.Status == api.EnrollAdmitted {
+			won++
+		} else if !strings.Contains(r.Error, "used up") {
+			t.Errorf("enrollment with the two-use token: %+v", r)
+		}
+	}
+	ts, err := cl.ListJoinTokens(ctx)
+	if won != 2 || err != nil || len(ts) != 1 || ts[0].Used != 2 {
+		t.Fatalf("%d enrollments with a two-use token across three controllers, want 2; token %+v %v", won, ts, err)
+	}
+	es, err := cl.ListEnrollments(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored := 0
+	for _, e := range es {
+		if strings.HasPrefix(e.NodeID, "twice-") {
+			stored++
+		}
+	}
+	if stored != 2 {
+		t.Fatalf("%d enrollments stored for the two-use token, want 2", stored)
 	}
 }

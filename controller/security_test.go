@@ -132,6 +132,11 @@ func TestAgentCannotActOutsideItsPermissions(t *testing.T) {
 		cur, err := f.Client().GetJob(ctx, job.ID)
 		return err == nil && nodeStatus(cur, 0, "node-2") == api.StepRunning
 	})
+	// The attacker stops the agent and uses its key (while the agent is
+	// connected the server refuses a second connection with it).
+	if err := f.KillAgent("node-1"); err != nil {
+		t.Fatal(err)
+	}
 	a, err := connectAs(t, f, "node-1")
 	if err != nil {
 		t.Fatalf("node-1 with its own key: %v", err)
@@ -212,6 +217,9 @@ func TestAgentCannotClaimAGroup(t *testing.T) {
 	f := fleettest.Start(t, fleet.Options{Agents: 2})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
+	if err := f.KillAgent("node-2"); err != nil {
+		t.Fatal(err)
+	}
 	a, err := connectAs(t, f, "node-2")
 	if err != nil {
 		t.Fatal(err)
@@ -300,6 +308,9 @@ func TestRevokedAgentDisconnectedAndRefused(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	closed := make(chan struct{})
+	if err := f.KillAgent("node-1"); err != nil {
+		t.Fatal(err)
+	}
 	a, err := connectAs(t, f, "node-1", nats.NoReconnect(), nats.ClosedHandler(func(*nats.Conn) { close(closed) }))
 	if err != nil {
 		t.Fatal(err)
@@ -313,8 +324,20 @@ func TestRevokedAgentDisconnectedAndRefused(t *testing.T) {
 		t.Fatal("the revoked agent's connection stayed open")
 	}
 	_ = a
-	if _, err := connectAs(t, f, "node-1", nats.Timeout(3*time.Second)); err == nil {
-		t.Fatal("the revoked key connected again")
+	// The revoked key gets in again only to hear that it was revoked.
+	rc, err := connectAs(t, f, "node-1", nats.Timeout(3*time.Second))
+	if err != nil {
+		t.Fatalf("the revoked key: %v", err)
+	}
+	rc.refused(t, "node-1's commands after revocation", "cmd.node.node-1.*.*", func() error {
+		_, err := rc.nc.Subscribe("cmd.node.node-1.*.*", func(*nats.Msg) {})
+		return err
+	})
+	kp, _ := pki.EnsureUserKey(filepath.Join(f.DataDir(), "agents", "node-1", pki.AgentKeyFile))
+	pub, _ := kp.PublicKey()
+	m, err := rc.nc.Request(api.EnrollSubject(pub), []byte(`{"node_id":"node-1","groups":["web.prod"]}`), 5*time.Second)
+	if err != nil || !strings.Contains(string(m.Data), `"status":"revoked"`) {
+		t.Fatalf("the revoked key's enrollment request: %v", err)
 	}
 	waitFor(t, 5*time.Second, "node-1 gone from the registry", func() bool {
 		_, err := f.Client().GetNode(ctx, "node-1")

@@ -137,5 +137,8 @@ func Run(ctx context.Context, cfg agent.Config, logger *slog.Logger, stderr io.W
 		hooks.Registered()
 	}
 	<-a.Done()
+	if err := a.Err(); err != nil {
+		return fmt.Errorf("agent stopped: %w", err)
+	}
 	return nil
 }

@@ -131,6 +131,8 @@ func Limits(maxPayload, requests, commands, results, dlq, jobs, small int64) map
 		}
 		l[b] = Limit{MaxBytes: small, MaxMsgSize: capped(size), Setting: "small_buckets_max_bytes"}
 	}
+	// A fixed cap: join tokens are made by admins, a few at a time.
+	l[api.BucketJoinTokens] = Limit{MaxBytes: JoinTokensMaxBytes, MaxMsgSize: 4 << 10}
 	return l
 }
 
@@ -359,6 +361,10 @@ func (t Topology) configs() ([]jetstream.StreamConfig, []jetstream.KeyValueConfi
 		bucket(api.BucketControllers, "controller registration and heartbeat"),
 		bucket(api.BucketSchemas, "backend schema sets by digest"),
 		bucket(api.BucketEnrollments, "agent enrollments (NKey, node id, groups) by node id"),
+		// Scoped join tokens: small records, a few per enrollment wave.
+		// Capped so that no client of the API can grow it without bound
+		// (a full bucket refuses new tokens, not enrollments).
+		bucket(api.BucketJoinTokens, "scoped join tokens by name (SHA-256, groups, expiry, uses; controllers only)"),
 		bucket(api.BucketTokens, "API tokens by name (SHA-256 of the token, role)"),
 		bucket(api.BucketKeys, "cluster keys (controllers only)"),
 		bucket(api.BucketJobSecrets, "sensitive params of unfinished jobs, encrypted"),
@@ -367,6 +373,9 @@ func (t Topology) configs() ([]jetstream.StreamConfig, []jetstream.KeyValueConfi
 	}
 	return streams, buckets
 }
+
+// JoinTokensMaxBytes caps the join_tokens bucket: about 2,000 records.
+const JoinTokensMaxBytes = 1 << 20
 
 // WaitForBucket returns the bucket once it exists (a controller creates it),
 // retrying until ctx ends.
