@@ -151,7 +151,7 @@ func (c *Controller) handleSubmit(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	job, err := decodeSubmission(body, c.catalog())
+	job, err := decodeSubmission(body)
 	if err != nil {
 		writeRefusal(w, refuse(errInvalid, err))
 		return

@@ -12,19 +12,14 @@ import (
 )
 
 // decodeSubmission turns a POST /job body into a job not yet stored: parse
-// (YAML or JSON, unknown fields refused), validate its structure, then
-// validate every task against the catalog of online nodes. Any error names
-// the field at fault and is the 400's message.
-func decodeSubmission(body []byte, cat *api.Catalog) (*api.Job, error) {
+// (YAML or JSON, unknown fields refused). submit validates it. Any error
+// names the field at fault and is the 400's message.
+func decodeSubmission(body []byte) (*api.Job, error) {
 	spec, err := api.ParseJobSpec(body)
 	if err != nil {
 		return nil, err
 	}
-	job := spec.Job()
-	if err := cat.ValidateJob(job); err != nil {
-		return nil, err
-	}
-	return job, nil
+	return spec.Job(), nil
 }
 
 // submitOptions change how submit takes a job.
@@ -58,15 +53,22 @@ func (c *Controller) submit(ctx context.Context, job *api.Job, by principal, opt
 		return nil, refuse(errInvalid, err)
 	}
 	cat := c.catalog()
+	// The answer shows the nodes the job would run on now (the seed's API
+	// did); the job resolves them again when it starts.
+	online, offline := c.jobNodes(job, c.reg.preview)
 	if err := cat.ValidateJob(job); err != nil {
-		return nil, refuse(errInvalid, err)
+		// The merged catalog holds one declaration of an action that
+		// nodes declare differently (the first met): what decides is how
+		// the nodes the job targets declare it, so a node elsewhere in the
+		// fleet cannot make a job refused by declaring another's backend
+		// its own way.
+		if len(online) == 0 || validateOnNodes(job, c.reg.catalogsOf(online)) != nil {
+			return nil, refuse(errInvalid, err)
+		}
 	}
 	if err := c.checkPolicy(cat, job, by); err != nil {
 		return nil, refuse(errRefused, err)
 	}
-	// The answer shows the nodes the job would run on now (the seed's API
-	// did); the job resolves them again when it starts.
-	online, offline := c.jobNodes(job, c.reg.preview)
 	if len(online)+len(offline) == 0 && !opts.allowEmpty {
 		// A misspelt group or node would otherwise be stored, queued and
 		// failed later; an empty fleet has nothing to run on either.

@@ -19,7 +19,8 @@ func fuzzCatalog(f *testing.F) *api.Catalog {
 	return &api.Catalog{Backends: api.MergeSchemas(reg.Schemas())}
 }
 
-// FuzzSubmitDecode feeds POST /job bodies to the decoder the handler uses.
+// FuzzSubmitDecode feeds POST /job bodies to the decoder the handler uses
+// and the catalog check submit makes.
 // It must never panic; what it accepts must validate, and must be accepted
 // again when a client sends it back as JSON.
 func FuzzSubmitDecode(f *testing.F) {
@@ -39,8 +40,19 @@ func FuzzSubmitDecode(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	cat := fuzzCatalog(f)
+	// What submit does first: decode, then check against the catalog.
+	decode := func(body []byte) (*api.Job, error) {
+		job, err := decodeSubmission(body)
+		if err != nil {
+			return nil, err
+		}
+		if err := cat.ValidateJob(job); err != nil {
+			return nil, err
+		}
+		return job, nil
+	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		job, err := decodeSubmission(body, cat)
+		job, err := decode(body)
 		if err != nil {
 			if job != nil {
 				t.Fatalf("decodeSubmission returned a job with error %v", err)
@@ -55,7 +67,7 @@ func FuzzSubmitDecode(f *testing.F) {
 		if err != nil {
 			t.Fatalf("marshal: %v", err)
 		}
-		if _, err := decodeSubmission(b, cat); err != nil {
+		if _, err := decode(b); err != nil {
 			t.Fatalf("an accepted job sent back as JSON is refused: %v\n%s", err, b)
 		}
 		// What the handler does next: hide sensitive values.
