@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/time/rate"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
 	"github.com/gridfleet/terraform-provider-grid/internal/bus"
@@ -24,6 +25,13 @@ import (
 // builds a fresh message (never the agent's headers) and stores it, then
 // answers in the sender's own inbox. Only controllers write to streams
 // and buckets. See DESIGN.md, "Bus security".
+
+// A node may add newSetBurst schema sets not stored before at once, then
+// one per newSetEvery (see intake.newSets).
+const (
+	newSetBurst = 4
+	newSetEvery = 10 * time.Minute
+)
 
 const (
 	// intakeQueue is the queue group of the controllers' intake.
@@ -48,6 +56,11 @@ type intake struct {
 	// digest was last found stored under its own digest.
 	schemasKV jetstream.KeyValue
 	stored    sync.Map
+	// newSets bounds, per node, how many schema sets not stored before a
+	// node may add: a real node changes its set when its agent is
+	// upgraded or reconfigured, while one that made up sets could fill
+	// the bucket (its byte cap) and shut new nodes out.
+	newSets *keyedLimiter
 	// acks carries the stores under way to the waiting goroutine; stop
 	// closes when it must return.
 	acks chan pendingStore
@@ -72,7 +85,8 @@ func (c *Controller) startIntake(schemasKV jetstream.KeyValue) (*intake, error) 
 		return nil, fmt.Errorf("intake: jetstream: %w", err)
 	}
 	in := &intake{c: c, js: js, schemasKV: schemasKV, acks: make(chan pendingStore, intakePending),
-		stop: make(chan struct{}), done: make(chan struct{})}
+		stop: make(chan struct{}), done: make(chan struct{}),
+		newSets: newKeyedLimiter(rate.Every(newSetEvery), newSetBurst)}
 	go in.wait()
 	for _, s := range []struct {
 		subject string
@@ -327,7 +341,7 @@ func (in *intake) onRegister(m *nats.Msg) {
 		in.answer(m, err)
 		return
 	}
-	if err := in.storeSchemas(digest, reg.Schemas); err != nil {
+	if err := in.storeSchemas(node, digest, reg.Schemas); err != nil {
 		in.answer(m, err)
 		return
 	}
@@ -337,13 +351,17 @@ func (in *intake) onRegister(m *nats.Msg) {
 // storeSchemas makes sure the set is stored under its digest. A set is
 // stored once; an entry under the digest that is not the set (left by an
 // older version, when agents wrote the bucket) is replaced.
-func (in *intake) storeSchemas(digest string, set []byte) error {
+func (in *intake) storeSchemas(node, digest string, set []byte) error {
 	if at, ok := in.stored.Load(digest); ok && time.Since(at.(time.Time)) < storedFor {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), intakeTimeout)
 	defer cancel()
 	e, err := in.schemasKV.Get(ctx, digest)
+	if errors.Is(err, jetstream.ErrKeyNotFound) && !in.newSets.allow(node) {
+		return fmt.Errorf("node %s registered more new schema sets than a node changes its set (%d at once, then one per %s); try again later",
+			node, newSetBurst, newSetEvery)
+	}
 	switch {
 	case err == nil && api.SchemaDigestOf(e.Value()) == digest:
 	case err == nil:
