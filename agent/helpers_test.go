@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -187,6 +188,7 @@ func (h *harness) startAgent(name string, mutate func(*Config)) (*Agent, context
 
 func (h *harness) send(subject string, cmd api.Command) {
 	h.t.Helper()
+	h.jobExists(cmd.JobID)
 	data, err := json.Marshal(cmd)
 	if err != nil {
 		h.t.Fatalf("encode command: %v", err)
@@ -332,3 +334,33 @@ func (p *probe) Run(ctx context.Context, req *backends.Request) (*backends.Resul
 }
 
 func contains(s, sub string) bool { return strings.Contains(strings.ToLower(s), strings.ToLower(sub)) }
+
+// jobExists stores a pending job under id unless one is there: the
+// controller stores the results only of jobs that exist (and have not
+// ended), and the harness sends commands of its own making. Pending, it is
+// left alone by the controller's scheduler, which only claims a job
+// through its request.
+func (h *harness) jobExists(id string) {
+	h.t.Helper()
+	storeJob(h.t, h.js, id)
+}
+
+// storeJob is jobExists on any JetStream.
+func storeJob(t testing.TB, js jetstream.JetStream, id string) {
+	t.Helper()
+	if id == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	kv, err := js.KeyValue(ctx, api.BucketJobs)
+	if err != nil {
+		t.Fatalf("jobs bucket: %v", err)
+	}
+	now := time.Now().UTC()
+	b, _ := json.Marshal(api.Job{ID: id, Target: api.Target{Scope: api.ScopeAll}, Status: api.JobPending, Expected: []string{},
+		CreatedAt: now, UpdatedAt: now})
+	if _, err := kv.Create(ctx, id, b); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		t.Fatalf("store job %s: %v", id, err)
+	}
+}

@@ -32,6 +32,7 @@ func TestResultCarriesCommandTraceWithTracingOff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	h.jobExists("jtrace")
 	msg := &nats.Msg{Subject: api.NodeCommandSubject("trace1", "ping", "echo"), Data: data, Header: nats.Header{}}
 	msg.Header.Set("traceparent", "00-"+traceID+"-00f067aa0ba902b7-01")
 	if err := h.nc.PublishMsg(msg); err != nil {

@@ -77,6 +77,7 @@ func TestReregistersAfterServerLosesState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	storeJob(t, js, "after")
 	cmd := echo("after")
 	data, _ := json.Marshal(cmd)
 	if err := nc.Publish(api.NodeCommandSubject("phoenix", "ping", "echo"), data); err != nil {
