@@ -304,18 +304,23 @@ func TestStrangerEnrollmentRepliesReachNoState(t *testing.T) {
 		cur, err := f.Client().GetJob(ctx, job.ID)
 		return err == nil && nodeStatus(cur, 0, "node-1") == api.StepRunning
 	})
-	kp, err := nkeys.CreateUser()
-	if err != nil {
-		t.Fatal(err)
+	// A stranger uses a fresh key for each reply subject it tries (each key
+	// may ask a few times a second; more is a flood, cut off unanswered).
+	stranger := func() (*nats.Conn, string) {
+		kp, err := nkeys.CreateUser()
+		if err != nil {
+			t.Fatal(err)
+		}
+		pub, _ := kp.PublicKey()
+		nc, err := nats.Connect(f.NATSURL(), nats.Nkey(pub, kp.Sign),
+			nats.Secure(&tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}), //nolint:gosec // an attacker trusts nothing
+			nats.CustomInboxPrefix(api.AgentInboxPrefix(pub)))
+		if err != nil {
+			t.Fatalf("a stranger's key may connect to ask for enrollment: %v", err)
+		}
+		t.Cleanup(nc.Close)
+		return nc, pub
 	}
-	pub, _ := kp.PublicKey()
-	nc, err := nats.Connect(f.NATSURL(), nats.Nkey(pub, kp.Sign),
-		nats.Secure(&tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}), //nolint:gosec // an attacker trusts nothing
-		nats.CustomInboxPrefix(api.AgentInboxPrefix(pub)))
-	if err != nil {
-		t.Fatalf("a stranger's key may connect to ask for enrollment: %v", err)
-	}
-	t.Cleanup(nc.Close)
 	watched := []string{api.BucketKeys, api.BucketEnrollments, api.BucketTokens}
 	before := readBusState(t, ctx, js, watched)
 
@@ -323,16 +328,18 @@ func TestStrangerEnrollmentRepliesReachNoState(t *testing.T) {
 	attempts := 0
 	for _, reply := range []string{"$KV." + api.BucketKeys + ".params", "$KV." + api.BucketEnrollments + ".node-1",
 		"$KV.jobs." + job.ID, api.CancelSubject(job.ID), "_INBOX.x", api.AgentInboxPrefix("UOTHERKEY") + ".1"} {
+		nc, pub := stranger()
 		for _, body := range [][]byte{[]byte(`{"node_id":"node-1"}`), []byte(`{"node_id":"evil","groups":["web.prod"]}`), []byte("not json")} {
 			if err := nc.PublishRequest(api.EnrollSubject(pub), reply, body); err != nil {
 				t.Fatal(err)
 			}
 			attempts++
 		}
+		_ = nc.Flush()
 	}
-	_ = nc.Flush()
 	waitRefused(t, f, from, attempts)
 
+	nc, pub := stranger()
 	// Asked properly, in its own inbox: refused, with nothing learned.
 	m, err := nc.Request(api.EnrollSubject(pub), []byte(`{"node_id":"evil"}`), 5*time.Second)
 	if err != nil {

@@ -325,6 +325,9 @@ func TestEnrollmentFloodDoesNotStarveRealEnrollment(t *testing.T) {
 	if err := f.WaitOnline(ctx, a.ID()); err != nil {
 		t.Fatal(err)
 	}
+	// The flood goes on until a flooding key has been cut off (how soon
+	// depends on how fast this machine lets the flooders send).
+	waitFor(t, 30*time.Second, "a flooding connection closed", func() bool { return kicked.Load() > 0 })
 	stopFlood()
 	wg.Wait()
 	// A flooding key was disconnected and may not come back for a while.

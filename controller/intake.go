@@ -205,16 +205,14 @@ func (in *intake) onReport(m *nats.Msg) {
 		return
 	}
 	job := parts[1]
-	// Only results of jobs that exist and run are stored: a node cannot
-	// fill the results stream (pushing out others' results) with reports
-	// of jobs made up. A job this controller has not seen yet (its index
-	// follows the bucket) is asked again by the agent.
-	switch st, known := in.c.jobIdx.statusOf(job); {
-	case !known:
+	// Only results of jobs that exist are stored: a node cannot fill the
+	// results stream (pushing out others' results) with reports of jobs
+	// made up. (A job that ended still takes them: a task stopped by a
+	// cancel or the job's timeout reports after the job ended, and its
+	// report is the record of what it did.) A job this controller has not
+	// seen yet (its index follows the bucket) is asked again by the agent.
+	if _, known := in.c.jobIdx.statusOf(job); !known {
 		in.answer(m, fmt.Errorf("job %s is not known here (yet)", job))
-		return
-	case st.Terminal():
-		in.answer(m, nil) // it has ended: nothing to store, nothing to resend
 		return
 	}
 	var r api.TaskResult

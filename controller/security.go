@@ -299,6 +299,17 @@ func (s *security) disconnect(key string, keepEnrolling bool) {
 // or too frequent are dropped unanswered (enrollGate).
 func (s *security) onEnroll(m *nats.Msg) {
 	key := strings.TrimPrefix(m.Subject, "grid.enroll.")
+	now := time.Now().UTC()
+	// Every message a key sends counts against its rate, answerable or
+	// not: a flood without reply subjects is a flood too.
+	if ok, kick := s.gate.admit(key, len(m.Data), now); !ok {
+		// An admitted agent is never cut off for asking too often (its
+		// questions pile up while it is disconnected); others are.
+		if kick && !s.isAdmitted(key) {
+			s.kick(key)
+		}
+		return
+	}
 	// Only to the key's own inbox: any key may ask, and an answer written
 	// elsewhere would be written with this controller's rights.
 	if !s.replies.ownInbox(m, key) {
@@ -307,15 +318,6 @@ func (s *security) onEnroll(m *nats.Msg) {
 	reply := func(r api.EnrollReply) {
 		b, _ := json.Marshal(r)
 		_ = m.Respond(b)
-	}
-	now := time.Now().UTC()
-	if ok, kick := s.gate.admit(key, len(m.Data), now); !ok {
-		// An admitted agent is never cut off for asking too often (its
-		// questions pile up while it is disconnected); others are.
-		if kick && !s.isAdmitted(key) {
-			s.kick(key)
-		}
-		return
 	}
 	var req api.EnrollRequest
 	if err := json.Unmarshal(m.Data, &req); err != nil {
