@@ -209,6 +209,35 @@ func (c *Controller) checkPolicy(cat *api.Catalog, j *api.Job, p principal) erro
 	return nil
 }
 
+// policyAtStart checks a job's policy again when it starts, against the
+// schemas of the nodes it resolved to and its submitter's role now. At
+// submit the check saw the nodes online then: a job whose target had no
+// honest node online (a dangerous action declared not dangerous by a node
+// that lies, or by none at all) must not run a dangerous action on the
+// real nodes that come up later, nor run for a token revoked meanwhile
+// with more than it may.
+func (c *Controller) policyAtStart(j *api.Job) error {
+	var sets [][]api.BackendSchema
+	for _, nc := range c.reg.catalogsOf(j.Expected) {
+		sets = append(sets, nc.cat.Backends)
+	}
+	cat := &api.Catalog{Backends: api.MergeSchemas(sets...)}
+	return c.checkPolicy(cat, j, c.submitter(j.SubmittedBy))
+}
+
+// submitter is who a stored job was submitted as, with the role its token
+// has now (none when it is gone or revoked).
+func (c *Controller) submitter(name string) principal {
+	if name == anonymousName && c.cfg.Insecure && c.cfg.AnonymousRole != "" {
+		return principal{Name: name, Role: c.cfg.AnonymousRole, Anonymous: true}
+	}
+	te, ok := c.tokens.get(name)
+	if !ok || te.rec.RevokedAt != nil {
+		return principal{Name: name}
+	}
+	return principal{Name: te.rec.Name, Role: te.rec.Role}
+}
+
 func joinRoles(rs []api.Role) string {
 	if len(rs) == 0 {
 		return "(none: dangerous_roles is empty)"

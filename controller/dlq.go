@@ -171,6 +171,14 @@ func (c *Controller) handleDLQReplay(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	// A replay runs the job again (a crashed claim may have run some of
+	// it): the caller's policy applies as to a retry.
+	if j, err := c.currentJob(r.Context(), id); err == nil {
+		if err := c.checkPolicy(c.catalog(), j, principalFrom(r.Context())); err != nil {
+			writeRefusal(w, refuse(errRefused, err))
+			return
+		}
+	}
 	_, _, err := c.jobs.mutate(r.Context(), id, func(j *api.Job) bool {
 		if j.Status != api.JobFailed || !strings.HasPrefix(j.Error, api.DeadLetterPrefix) {
 			return false

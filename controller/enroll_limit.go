@@ -165,12 +165,15 @@ func (g *enrollGate) budget(vouched bool, now time.Time) bool {
 }
 
 // kick closes a flooding key's connections to this server (the ban then
-// keeps it out for a while), off the subscription's goroutine.
-func (s *security) kick(key string) {
+// keeps it out for a while), off the subscription's goroutine. Of an
+// admitted key only the enrollment connections go: its agent connection
+// keeps its node working (an agent asks at most once per reconnect; a
+// key that floods is one an operator should revoke, and the log names it).
+func (s *security) kick(key string, admitted bool) {
 	s.gate.kicked.Add(1)
 	s.gate.logRefusal("closing the connections of a key that floods enrollment requests; it may not connect for a while",
-		"key", key, "for", enrollBan)
-	go s.disconnect(key, false)
+		"key", key, "for", enrollBan, "admitted", admitted)
+	go s.disconnectEnrolling(key, admitted)
 }
 
 // report logs the drops so far, at most once per 10s.

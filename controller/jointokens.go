@@ -65,11 +65,19 @@ type joinTokens struct {
 	log *slog.Logger
 
 	mu     sync.RWMutex
-	byName map[string][sha256.Size]byte
+	byName map[string]knownJoinToken
+}
+
+// knownJoinToken is what is kept in memory of a scoped token: its hash,
+// and whether it may still enroll anyone (as last written).
+type knownJoinToken struct {
+	hash    [sha256.Size]byte
+	expires time.Time
+	dead    bool // revoked or used up
 }
 
 func openJoinTokens(ctx context.Context, wg *sync.WaitGroup, kv jetstream.KeyValue, log *slog.Logger) (*joinTokens, error) {
-	j := &joinTokens{kv: kv, log: log, byName: map[string][sha256.Size]byte{}}
+	j := &joinTokens{kv: kv, log: log, byName: map[string]knownJoinToken{}}
 	ready, err := follow(ctx, wg, kv, log, "join tokens", j.apply)
 	if err != nil {
 		return nil, err
@@ -97,7 +105,8 @@ func (j *joinTokens) apply(e jetstream.KeyValueEntry) {
 		j.log.Warn("join token record without a valid hash ignored", "name", e.Key())
 		return
 	}
-	j.byName[e.Key()] = [sha256.Size]byte(raw)
+	j.byName[e.Key()] = knownJoinToken{hash: [sha256.Size]byte(raw), expires: rec.ExpiresAt,
+		dead: rec.RevokedAt != nil || rec.Used >= rec.Uses}
 }
 
 // genuine reports whether tok is a scoped join token this cluster made
@@ -114,7 +123,21 @@ func (j *joinTokens) genuine(tok string) (string, bool) {
 	j.mu.RLock()
 	want, ok := j.byName[name]
 	j.mu.RUnlock()
-	return name, ok && subtle.ConstantTimeCompare(want[:], h[:]) == 1
+	return name, ok && subtle.ConstantTimeCompare(want.hash[:], h[:]) == 1
+}
+
+// live reports whether tok is a genuine scoped token that may still enroll
+// someone as far as this controller knows (not revoked, expired or used
+// up): only such a token vouches for a request (enroll_limit.go).
+func (j *joinTokens) live(tok string, now time.Time) bool {
+	name, ok := j.genuine(tok)
+	if !ok {
+		return false
+	}
+	j.mu.RLock()
+	k := j.byName[name]
+	j.mu.RUnlock()
+	return !k.dead && now.Before(k.expires)
 }
 
 func newJoinToken(name string) string {

@@ -82,10 +82,16 @@ func (c *Controller) claim(ctx context.Context, m jetstream.Msg) bool {
 		if j.Status != api.JobPending && j.Status != api.JobWaiting {
 			return false
 		}
-		j.Status = api.JobRunning
-		j.Owner = c.id
 		j.Expected, j.Unreachable = c.expectedNodes(j)
 		now := time.Now().UTC()
+		if err := c.policyAtStart(j); err != nil {
+			// Refused as it would have been at submit had these nodes
+			// been online then: the job ends without running.
+			j.Status, j.Error, j.FinishedAt, j.UpdatedAt = api.JobFailed, "refused at start: "+err.Error(), &now, now
+			return true
+		}
+		j.Status = api.JobRunning
+		j.Owner = c.id
 		j.UpdatedAt = now
 		j.StartedAt = &now
 		started = true

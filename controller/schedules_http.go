@@ -135,9 +135,14 @@ func (c *Controller) handleUpdateSchedule(w http.ResponseWriter, r *http.Request
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("name: %q differs from the schedule's id %q (a schedule cannot be renamed; create another)", spec.Name, id))
 		return
 	}
+	by := principalFrom(r.Context())
 	c.changeSchedule(w, r, func(sc *api.Schedule, now time.Time) {
 		timing := sc.Cron != spec.Cron || sc.TimeZone != spec.TimeZone || sc.Paused != spec.Paused
 		sc.ScheduleSpec = *spec
+		// Its ticks run as whoever set their job last: an editor's job
+		// does not run with the creator's rights, and stops with the
+		// editor's token.
+		sc.CreatedBy = by.Name
 		if timing || sc.NextRun == nil {
 			sc.NextRun = scheduleNext(spec, now)
 		}
@@ -148,6 +153,18 @@ func (c *Controller) handleUpdateSchedule(w http.ResponseWriter, r *http.Request
 // from the first tick after now (the ticks in between are not caught up).
 func (c *Controller) handlePause(paused bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		if !paused {
+			// Resuming makes its ticks fire again: the caller must be one
+			// who could have set its job.
+			sc, _, err := c.scheds.get(r.Context(), r.PathValue("id"))
+			if !c.scheduleFound(w, r, err) {
+				return
+			}
+			if err := c.checkScheduleJob(&sc.ScheduleSpec, principalFrom(r.Context())); err != nil {
+				writeRefusal(w, err)
+				return
+			}
+		}
 		c.changeSchedule(w, r, func(sc *api.Schedule, now time.Time) {
 			if sc.Paused == paused {
 				return

@@ -139,15 +139,19 @@ func (s *security) Check(c server.ClientAuthentication) bool {
 	revoked := s.revoked[o.Nkey]
 	s.mu.RUnlock()
 	admitted := e != nil && e.Status == api.EnrollAdmitted
-	if !admitted && s.gate.banned(o.Nkey, time.Now().UTC()) {
-		return false // flooded the enrollment subject lately
+	enrolling := strings.HasPrefix(o.Name, api.EnrollConnName)
+	// A key that flooded the enrollment subject lately gets no connection
+	// that may only ask to enroll (an admitted agent's own connection is
+	// spared: cutting it would stop its node's work).
+	if (!admitted || enrolling) && s.gate.banned(o.Nkey, time.Now().UTC()) {
+		return false
 	}
 	switch {
 	case revoked:
 		// Only to hear "revoked" in answer to its enrollment request, so
 		// that the agent stops instead of retrying forever.
 		c.RegisterUser(&server.User{Username: "revoked", Permissions: enrolleePermissions(o.Nkey)})
-	case strings.HasPrefix(o.Name, api.EnrollConnName):
+	case enrolling:
 		// The agent's enrollment connection only ever asks to be
 		// enrolled: it gets that alone, so that sparing it from the
 		// duplicate check (and from disconnect) gives a name nothing.
@@ -270,6 +274,28 @@ func (s *security) set(id string, next *api.Enrollment) {
 	}
 }
 
+// disconnectEnrolling closes the key's connections that may only ask to
+// enroll (onlyEnrolling), or all of them.
+func (s *security) disconnectEnrolling(key string, onlyEnrolling bool) {
+	if !onlyEnrolling {
+		s.disconnect(key, false)
+		return
+	}
+	ns := s.ns.Load()
+	if ns == nil {
+		return
+	}
+	cz, err := ns.Connz(&server.ConnzOptions{User: key, Username: true, Limit: 1 << 20})
+	if err != nil {
+		return
+	}
+	for _, ci := range cz.Conns {
+		if strings.HasPrefix(ci.Name, api.EnrollConnName) {
+			_ = ns.DisconnectClientByID(ci.Cid)
+		}
+	}
+}
+
 // disconnect closes this server's client connections authenticated with
 // the key, except, with keepEnrolling, those that call themselves the
 // agent's enrollment connection (a name proves nothing, but sparing one
@@ -305,8 +331,8 @@ func (s *security) onEnroll(m *nats.Msg) {
 	if ok, kick := s.gate.admit(key, len(m.Data), now); !ok {
 		// An admitted agent is never cut off for asking too often (its
 		// questions pile up while it is disconnected); others are.
-		if kick && !s.isAdmitted(key) {
-			s.kick(key)
+		if kick {
+			s.kick(key, s.isAdmitted(key))
 		}
 		return
 	}
@@ -393,7 +419,7 @@ func (s *security) vouched(key, tok string, now time.Time) (known, vouched bool)
 	case tok == "":
 		return false, false
 	}
-	if _, ok := s.joins.genuine(tok); ok {
+	if s.joins.live(tok, now) {
 		return false, true
 	}
 	return false, pki.TokenEqual(tok, s.cachedJoinToken(now))
