@@ -641,7 +641,7 @@ func (a *Agent) onCommand(msg *nats.Msg) {
 		return
 	}
 	t.parent = bus.ExtractTrace(context.Background(), msg)
-	broadcast := !strings.HasPrefix(msg.Subject, "cmd.node.")
+	broadcast := !api.IsNodeCommand(msg.Subject)
 	key := taskKey{job: cmd.JobID, step: cmd.TaskIndex, attempt: cmd.Attempt}
 	now := time.Now()
 
@@ -716,7 +716,7 @@ func cancelledErr(job string) error { return fmt.Errorf("job %s %w", job, errJob
 // onCancel interrupts every task of the job, queued or running, and
 // remembers the job so a command still in flight does not start it again.
 func (a *Agent) onCancel(msg *nats.Msg) {
-	job := strings.TrimPrefix(msg.Subject, "cancel.")
+	job := api.CancelledJob(msg.Subject)
 	if !api.ValidToken(job) {
 		return
 	}

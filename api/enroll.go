@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 )
 
@@ -19,6 +20,9 @@ const SubjectEnrollAll = "grid.enroll.*"
 // connection publish only on its own key's subject, so the subject names
 // the sender.
 func EnrollSubject(publicKey string) string { return "grid.enroll." + publicKey }
+
+// EnrollKey is the public key an enrollment subject names.
+func EnrollKey(subject string) string { return strings.TrimPrefix(subject, "grid.enroll.") }
 
 // AgentInboxPrefix is the reply-subject prefix of an agent's connection:
 // each agent may subscribe only to its own replies.

@@ -62,6 +62,9 @@ func PriorityRequestSubject(priority int, jobID string) string {
 	return fmt.Sprintf("request.%d.%s", priority, jobID)
 }
 
+// PriorityRequests filters the requests of one priority: request.<p>.*.
+func PriorityRequests(priority int) string { return fmt.Sprintf("request.%d.*", priority) }
+
 // RequestJobID is the job id a request subject names (request.<job> or
 // request.<priority>.<job>).
 func RequestJobID(subject string) string {

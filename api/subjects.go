@@ -115,6 +115,19 @@ func JobResultsSubject(jobID string) string { return "result." + jobID + ".>" }
 // CancelSubject tells agents to stop a job's running tasks.
 func CancelSubject(jobID string) string { return "cancel." + jobID }
 
+// CancelledJob is the job a cancel subject names ("" if it is none).
+func CancelledJob(subject string) string {
+	job, ok := strings.CutPrefix(subject, "cancel.")
+	if !ok {
+		return ""
+	}
+	return job
+}
+
+// IsNodeCommand reports whether a command subject addresses one node
+// (cmd.node.…), not a group or every node.
+func IsNodeCommand(subject string) bool { return strings.HasPrefix(subject, "cmd.node.") }
+
 // Core subjects an agent publishes on. No stream captures them: a
 // controller (queue group) validates each message and stores what it
 // holds itself, so no reply subject or header an agent chooses reaches

@@ -749,7 +749,7 @@ func (c *Controller) routeResult(subject string, data []byte, stored bool) {
 // onCancel hears cancel.<job> from any controller's API and stops the run
 // if this controller owns it.
 func (c *Controller) onCancel(m *nats.Msg) {
-	id := strings.TrimPrefix(m.Subject, "cancel.")
+	id := api.CancelledJob(m.Subject)
 	if isJobTimeoutStop(m) {
 		return // the owner's own word to the agents; its run has ended already
 	}

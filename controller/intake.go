@@ -284,7 +284,7 @@ func (in *intake) nodeRecord(node string, n api.NodeInfo) ([]byte, error) {
 // putNode stores a node record; its put is also a core message on
 // $KV.nodes.<id>, which every controller's registry hears.
 func (in *intake) putNode(req *nats.Msg, node string, data []byte) {
-	in.store(req, &nats.Msg{Subject: "$KV." + api.BucketNodes + "." + node, Data: data},
+	in.store(req, &nats.Msg{Subject: bus.KVSubject(api.BucketNodes, node), Data: data},
 		jetstream.WithExpectStream(bus.KVStream(api.BucketNodes)))
 }
 

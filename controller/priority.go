@@ -144,7 +144,7 @@ func (c *Controller) priorityQueues(ctx context.Context) ([]jetstream.Consumer, 
 	}
 	var out []jetstream.Consumer
 	for p := api.MaxPriority; p >= api.MinPriority; p-- {
-		q, err := c.ensureSchedulerConsumer(ctx, fmt.Sprintf("%s-p%d", schedulerConsumer, p), fmt.Sprintf("request.%d.*", p))
+		q, err := c.ensureSchedulerConsumer(ctx, fmt.Sprintf("%s-p%d", schedulerConsumer, p), api.PriorityRequests(p))
 		if err != nil {
 			return nil, err
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
+	"github.com/gridfleet/terraform-provider-grid/internal/bus"
 )
 
 // registry is the controller's in-memory view of the nodes bucket, kept
@@ -66,7 +67,7 @@ func newRegistry(log *slog.Logger, offlineAfter time.Duration, schemasKV jetstre
 // server) records when each node was last heard. It only marks the time;
 // node contents and status changes come from the watch, in order.
 func (r *registry) watch(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue) error {
-	prefix := "$KV." + api.BucketNodes + "."
+	prefix := bus.KVSubject(api.BucketNodes, "")
 	sub, err := nc.Subscribe(prefix+">", func(m *nats.Msg) {
 		id, ok := strings.CutPrefix(m.Subject, prefix)
 		if !ok || id == "" {

@@ -324,7 +324,7 @@ func (s *security) disconnect(key string, keepEnrolling bool) {
 // server lets each connection publish only on its own). Requests too large
 // or too frequent are dropped unanswered (enrollGate).
 func (s *security) onEnroll(m *nats.Msg) {
-	key := strings.TrimPrefix(m.Subject, "grid.enroll.")
+	key := api.EnrollKey(m.Subject)
 	now := time.Now().UTC()
 	// Every message a key sends counts against its rate, answerable or
 	// not: a flood without reply subjects is a flood too.

@@ -419,13 +419,17 @@ func (t Topology) CapturedSubjects() []string {
 		out = append(out, s.Subjects...)
 	}
 	for _, b := range bs {
-		out = append(out, "$KV."+b.Bucket+".>")
+		out = append(out, KVSubject(b.Bucket, ">"))
 	}
 	return out
 }
 
 // KVStream is the name of the stream that holds a KV bucket.
 func KVStream(bucket string) string { return "KV_" + bucket }
+
+// KVSubject is the subject a bucket's key is written on: a put is a
+// publish there, which plain subscribers hear too.
+func KVSubject(bucket, key string) string { return "$KV." + bucket + "." + key }
 
 // streamInfo returns a stream's info, nil when it does not exist yet.
 func streamInfo(ctx context.Context, js jetstream.JetStream, stream string) (*jetstream.StreamInfo, error) {
