@@ -114,6 +114,18 @@ func untilAnswered(ctx context.Context, log *slog.Logger, what string, op func()
 	})
 }
 
+// followLoaded is follow that returns once the stored entries are applied:
+// for the copies a controller must not serve without (tokens,
+// enrollments, join tokens).
+func followLoaded(ctx context.Context, wg *sync.WaitGroup, kv jetstream.KeyValue, log *slog.Logger, what string,
+	apply func(jetstream.KeyValueEntry)) error {
+	ready, err := follow(ctx, wg, kv, log, what, apply)
+	if err != nil {
+		return err
+	}
+	return waitReady(ctx, ready, what)
+}
+
 // waitReady waits for a followed bucket's stored entries to be applied.
 func waitReady(ctx context.Context, ready <-chan struct{}, what string) error {
 	select {

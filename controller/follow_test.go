@@ -87,27 +87,7 @@ func (k *endingKV) endAll() {
 func TestFollowAppliesEveryChangeAcrossAnEndedWatch(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ns, err := embedded.StartServer(ctx, embedded.ServerConfig{Port: -1, DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Shutdown()
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	bucket, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "follow"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := bucket.Put(ctx, "a", []byte("1")); err != nil {
-		t.Fatal(err)
-	}
+	bucket := storedBucket(ctx, t, "follow")
 	kv := &endingKV{KeyValue: bucket}
 
 	var (
@@ -208,27 +188,7 @@ func (k *unansweredKV) WatchAll(ctx context.Context, opts ...jetstream.WatchOpt)
 func TestFollowWaitsForAFirstWatchJetStreamDoesNotAnswerYet(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ns, err := embedded.StartServer(ctx, embedded.ServerConfig{Port: -1, DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Shutdown()
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	bucket, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "first"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := bucket.Put(ctx, "a", []byte("1")); err != nil {
-		t.Fatal(err)
-	}
+	bucket := storedBucket(ctx, t, "first")
 
 	kv := &unansweredKV{KeyValue: bucket, failures: 2}
 	var mu sync.Mutex
@@ -269,4 +229,32 @@ func TestFollowWaitsForAFirstWatchJetStreamDoesNotAnswerYet(t *testing.T) {
 	if never.tries < 2 {
 		t.Errorf("%d tries before giving up, want it tried again", never.tries)
 	}
+}
+
+// storedBucket makes a bucket on a server of its own that lives as long as
+// ctx, holding a=1.
+func storedBucket(ctx context.Context, t *testing.T, name string) jetstream.KeyValue {
+	t.Helper()
+	ns, err := embedded.StartServer(ctx, embedded.ServerConfig{Port: -1, DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ns.Shutdown)
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bucket, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bucket.Put(ctx, "a", []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	return bucket
 }

@@ -78,11 +78,7 @@ type knownJoinToken struct {
 
 func openJoinTokens(ctx context.Context, wg *sync.WaitGroup, kv jetstream.KeyValue, log *slog.Logger) (*joinTokens, error) {
 	j := &joinTokens{kv: kv, log: log, byName: map[string]knownJoinToken{}}
-	ready, err := follow(ctx, wg, kv, log, "join tokens", j.apply)
-	if err != nil {
-		return nil, err
-	}
-	if err := waitReady(ctx, ready, "join tokens"); err != nil {
+	if err := followLoaded(ctx, wg, kv, log, "join tokens", j.apply); err != nil {
 		return nil, err
 	}
 	return j, nil

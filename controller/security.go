@@ -213,11 +213,7 @@ func (s *security) admitted(id string) ([]string, bool) {
 // counted in wg; it returns once the stored enrollments are loaded.
 func (s *security) watch(ctx context.Context, wg *sync.WaitGroup, kv jetstream.KeyValue) error {
 	s.kv = kv
-	ready, err := follow(ctx, wg, kv, s.log, "enrollments", s.apply)
-	if err != nil {
-		return err
-	}
-	return waitReady(ctx, ready, "enrollments")
+	return followLoaded(ctx, wg, kv, s.log, "enrollments", s.apply)
 }
 
 func (s *security) apply(kve jetstream.KeyValueEntry) {

@@ -73,11 +73,7 @@ func hashToken(tok string) [sha256.Size]byte { return sha256.Sum256([]byte(tok))
 func openTokens(ctx context.Context, wg *sync.WaitGroup, kv jetstream.KeyValue, log *slog.Logger) (*tokenStore, error) {
 	s := &tokenStore{kv: kv, log: log, byName: map[string]*tokenEntry{}}
 	// Serve nothing before the stored tokens are loaded.
-	ready, err := follow(ctx, wg, kv, log, "tokens", s.applyEntry)
-	if err != nil {
-		return nil, err
-	}
-	if err := waitReady(ctx, ready, "tokens"); err != nil {
+	if err := followLoaded(ctx, wg, kv, log, "tokens", s.applyEntry); err != nil {
 		return nil, err
 	}
 	return s, nil
