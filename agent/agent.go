@@ -422,8 +422,14 @@ func (a *Agent) subscribe() error {
 		return fmt.Errorf("subscribe %s: %w", api.SubjectCancelAll, err)
 	}
 	// Flush makes the server know the interest before we announce the node.
-	if err := a.nc.FlushTimeout(opTimeout); err != nil {
+	// A connection dropped meanwhile (a controller closing it to hand it
+	// the permissions of an admission it just heard of) re-sends the
+	// subscriptions when it reconnects, before anything else it sends, so
+	// only a closed connection is an error here.
+	if err := a.nc.FlushTimeout(opTimeout); err != nil && a.nc.IsClosed() {
 		return fmt.Errorf("flush subscriptions: %w", err)
+	} else if err != nil {
+		a.log.Info("subscriptions not confirmed yet; the reconnect sends them again", "err", err)
 	}
 	a.mu.Lock()
 	a.cmdSubs = subs

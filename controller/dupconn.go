@@ -89,3 +89,13 @@ func (s *security) admitOnceTry(cid uint64, key, node, addr string, last bool) (
 	s.live.byKey[key] = liveConn{cid: cid, addr: addr}
 	return true, false
 }
+
+// forget drops the key's live connection if it is cid: this controller is
+// closing it, so the agent's reconnect must not wait for it to go.
+func (l *liveConns) forget(key string, cid uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if prev, ok := l.byKey[key]; ok && prev.cid == cid {
+		delete(l.byKey, key)
+	}
+}

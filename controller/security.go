@@ -310,6 +310,7 @@ func (s *security) disconnect(key string, keepEnrolling bool) {
 		if keepEnrolling && strings.HasPrefix(ci.Name, api.EnrollConnName) {
 			continue
 		}
+		s.live.forget(key, ci.Cid)
 		if err := ns.DisconnectClientByID(ci.Cid); err == nil {
 			s.log.Info("closed the connection of a key no longer admitted", "key", key, "cid", ci.Cid)
 		}

@@ -31,6 +31,11 @@ func Connect(name string, urls []string, log *slog.Logger, extra ...nats.Option)
 		nats.ReconnectWait(250 * time.Millisecond),
 		nats.ReconnectJitter(100*time.Millisecond, time.Second),
 		nats.RetryOnFailedConnect(true),
+		// A server refusing a reconnect (its controller has not yet heard
+		// of an admission, or still holds the connection it just closed)
+		// is tried again like any other failure: by default the client
+		// would close for good after two refusals in a row.
+		nats.IgnoreAuthErrorAbort(),
 		nats.ReconnectBufSize(32 << 20),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
