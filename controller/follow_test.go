@@ -239,7 +239,8 @@ func storedBucket(ctx context.Context, t *testing.T, name string) jetstream.KeyV
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(ns.Shutdown)
+	// Stopped, and its files closed, before the data dir is removed.
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
 	nc, err := nats.Connect(ns.ClientURL())
 	if err != nil {
 		t.Fatal(err)
