@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -25,7 +26,21 @@ func Connect(name string, urls []string, log *slog.Logger, extra ...nats.Option)
 		return nil, fmt.Errorf("connect NATS: no server URL")
 	}
 	log = config.Logger(log)
+	// Asynchronous errors (a slow consumer dropping messages, a refused
+	// subscription) go to the log, at most one every 10s, not to stderr.
+	var lastAsyncErr atomic.Int64
 	opts := []nats.Option{
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			now := time.Now().UnixNano()
+			if last := lastAsyncErr.Load(); now-last < int64(10*time.Second) || !lastAsyncErr.CompareAndSwap(last, now) {
+				return
+			}
+			subject := ""
+			if sub != nil {
+				subject = sub.Subject
+			}
+			log.Warn("NATS asynchronous error", "subject", subject, "err", err)
+		}),
 		nats.Name(name),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250 * time.Millisecond),
