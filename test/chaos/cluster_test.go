@@ -262,10 +262,11 @@ func TestClusterSurvivesControllerKill(t *testing.T) {
 // idleStreams are the streams and buckets this test need not write after
 // the start.
 var idleStreams = map[string]bool{api.BucketTokens: true, api.BucketKeys: true, api.BucketJobSecrets: true, api.BucketEnrollments: true,
-	api.BucketSchemas:    true, // schemas: written again only by a controller when an agent registers a set it does not hold
-	api.BucketRateLimits: true, // rate_limits: written only when a limited task starts
-	api.BucketSchedules:  true, // schedules: written only when a schedule changes or fires
-	api.BucketJoinTokens: true} // join_tokens: written only by grid join-token and enrollments with a scoped token
+	api.BucketSchemas:     true, // schemas: written again only by a controller when an agent registers a set it does not hold
+	api.BucketRateLimits:  true, // rate_limits: written only when a limited task starts
+	api.BucketSchedules:   true, // schedules: written only when a schedule changes or fires
+	api.BucketJoinTokens:  true, // join_tokens: written only by grid join-token and enrollments with a scoped token
+	api.StreamDeadLetters: true} // dlq: written only when a request is dead-lettered
 
 // checkStreams checks, through a controller's GET /status, that every
 // stream and bucket has the given replicas, a leader and (within a while
