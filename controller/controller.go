@@ -74,6 +74,9 @@ type Controller struct {
 	scheds          *scheduleStore
 	scheduleClaimed atomic.Pointer[func(jobID string) bool]
 
+	// views serve the dashboard's data routes (dashboard.go).
+	views *dashboardViews
+
 	httpSrv  *http.Server
 	debugSrv *http.Server
 	// apiHTTP is APIHTTPClient's client, made on first use.
@@ -488,6 +491,7 @@ func (c *Controller) setupIntake(ctx context.Context, s *startup) error {
 // setupAPI listens and serves the HTTP API (and the debug server when
 // configured).
 func (c *Controller) setupAPI(_ context.Context, s *startup) error {
+	c.views = &dashboardViews{reg: c.reg, jobsKV: c.jobs.kv, live: c, stopping: c.stopping}
 	apiTLS, err := c.apiTLSConfig()
 	if err != nil {
 		return err

@@ -25,6 +25,30 @@ const (
 	maxJobLimit       = 500
 )
 
+// dashboardViews serves the dashboard's data routes: a page of the fleet,
+// a page of job summaries, and a job's live event stream. It reads what
+// the controller holds (the registry, the jobs bucket, the runs in memory)
+// and keeps no state between requests; each event stream keeps its own.
+type dashboardViews struct {
+	reg *registry
+	// jobsKV is read whole (without results) for the job list.
+	jobsKV jetstream.KeyValue
+	// live is the state of the jobs this controller runs, which is ahead
+	// of the store.
+	live liveJobs
+	// stopping is closed when the controller shuts down; event streams end.
+	stopping <-chan struct{}
+}
+
+// liveJobs is what the views read of the jobs a controller runs.
+type liveJobs interface {
+	// currentJob is the freshest view of a job: the run's own copy when
+	// this controller runs it, else the stored one.
+	currentJob(ctx context.Context, id string) (*api.Job, error)
+	// localRun is the run of a job this controller executes, or nil.
+	localRun(id string) *run
+}
+
 // pageParams reads limit and offset, naming the parameter that is wrong.
 func pageParams(r *http.Request, def, maxLimit int) (limit, offset int, err error) {
 	q := r.URL.Query()
@@ -48,7 +72,7 @@ func pageParams(r *http.Request, def, maxLimit int) (limit, offset int, err erro
 // fleet's counts. Filters: q (a substring of the id, hostname, a group, a
 // backend or the version), group (the group or any sub-group), status
 // (online or offline), backend.
-func (c *Controller) handleFleet(w http.ResponseWriter, r *http.Request) {
+func (v *dashboardViews) handleFleet(w http.ResponseWriter, r *http.Request) {
 	limit, offset, err := pageParams(r, defaultFleetLimit, maxFleetLimit)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
@@ -60,7 +84,7 @@ func (c *Controller) handleFleet(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("status %q must be %s or %s", status, api.NodeOnline, api.NodeOffline))
 		return
 	}
-	writeJSON(w, http.StatusOK, c.reg.fleetPage(fleetFilter{
+	writeJSON(w, http.StatusOK, v.reg.fleetPage(fleetFilter{
 		q: strings.ToLower(strings.TrimSpace(q.Get("q"))), group: q.Get("group"), status: status, backend: q.Get("backend"),
 	}, limit, offset))
 }
@@ -201,8 +225,8 @@ func (s *storedJobHead) head() api.JobHead {
 
 // jobHeads reads every stored job's summary, newest first; a job this
 // controller runs shows its state in memory, which is ahead of the store.
-func (c *Controller) jobHeads(ctx context.Context) ([]api.JobHead, error) {
-	wa, err := c.jobs.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+func (v *dashboardViews) jobHeads(ctx context.Context) ([]api.JobHead, error) {
+	wa, err := v.jobsKV.WatchAll(ctx, jetstream.IgnoreDeletes())
 	if err != nil {
 		return nil, fmt.Errorf("list jobs: %w", err)
 	}
@@ -217,7 +241,7 @@ func (c *Controller) jobHeads(ctx context.Context) ([]api.JobHead, error) {
 			continue
 		}
 		h := s.head()
-		if lr := c.localRun(h.ID); lr != nil {
+		if lr := v.live.localRun(h.ID); lr != nil {
 			lr.mu.Lock()
 			h.Status, h.Step, h.Error, h.Nodes = lr.job.Status, lr.job.Step, lr.job.Error, len(lr.job.Expected)
 			h.UpdatedAt, h.StartedAt, h.FinishedAt = lr.job.UpdatedAt, lr.job.StartedAt, lr.job.FinishedAt
@@ -232,13 +256,13 @@ func (c *Controller) jobHeads(ctx context.Context) ([]api.JobHead, error) {
 // handleJobPage serves one page of job summaries, newest first. Filters:
 // status, submitter, q (a substring of the id, target, submitter or a
 // task name).
-func (c *Controller) handleJobPage(w http.ResponseWriter, r *http.Request) {
+func (v *dashboardViews) handleJobPage(w http.ResponseWriter, r *http.Request) {
 	limit, offset, err := pageParams(r, defaultJobLimit, maxJobLimit)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	heads, err := c.jobHeads(r.Context())
+	heads, err := v.jobHeads(r.Context())
 	if err != nil {
 		writeError(w, http.StatusServiceUnavailable, err.Error())
 		return
@@ -317,9 +341,9 @@ func headOf(j *api.Job) *api.Job {
 // job first, then "update" (a jobPatch) whenever it changes, and "end" once
 // it is terminal, after which the stream closes. A client that loses the
 // stream opens it again and starts from a fresh "job".
-func (c *Controller) handleJobEvents(w http.ResponseWriter, r *http.Request) {
+func (v *dashboardViews) handleJobEvents(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	j, err := c.currentJob(r.Context(), id)
+	j, err := v.live.currentJob(r.Context(), id)
 	if err != nil {
 		writeJobError(w, id, err)
 		return
@@ -331,102 +355,131 @@ func (c *Controller) handleJobEvents(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
-	send := func(event string, v any) bool {
-		data, err := json.Marshal(v)
-		if err != nil {
-			return false
-		}
-		if _, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, data); err != nil {
-			return false
-		}
-		return rc.Flush() == nil
-	}
-	marks := map[int]map[string]resultMark{}
-	note := func(j *api.Job) map[int]map[string]*api.NodeResult {
-		var changed map[int]map[string]*api.NodeResult
-		for step, nodes := range j.Results {
-			for node, nr := range nodes {
-				if nr == nil {
-					continue
-				}
-				m := markOf(nr)
-				if marks[step] == nil {
-					marks[step] = map[string]resultMark{}
-				}
-				if old, ok := marks[step][node]; ok && old == m {
-					continue
-				}
-				marks[step][node] = m
-				if changed == nil {
-					changed = map[int]map[string]*api.NodeResult{}
-				}
-				if changed[step] == nil {
-					changed[step] = map[string]*api.NodeResult{}
-				}
-				changed[step][node] = nr
-			}
-		}
-		return changed
-	}
-	note(j)
-	if !send("job", j) {
+	es := &eventStream{w: w, rc: rc, idle: time.Now(), marks: map[int]map[string]resultMark{}}
+	es.changedResults(j)
+	if !es.send("job", j) {
 		return
 	}
-	last := headOf(j)
-	lastData, _ := json.Marshal(last)
+	es.lastHead, _ = json.Marshal(headOf(j))
 	tick := time.NewTicker(eventsInterval)
 	defer tick.Stop()
-	idle := time.Now()
 	for !j.Status.Terminal() {
 		select {
 		case <-r.Context().Done():
 			return
-		case <-c.stopping:
+		case <-v.stopping:
 			return
 		case <-tick.C:
 		}
-		if lr := c.localRun(id); lr != nil {
+		if lr := v.live.localRun(id); lr != nil {
 			lr.mu.Lock()
 			same := lr.job.UpdatedAt.Equal(j.UpdatedAt) && lr.job.Status == j.Status
 			lr.mu.Unlock()
 			if same {
-				if time.Since(idle) > eventsKeepAlive {
-					if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil || rc.Flush() != nil {
-						return
-					}
-					idle = time.Now()
+				if !es.keepAlive() {
+					return
 				}
 				continue
 			}
 		}
-		cur, err := c.currentJob(r.Context(), id)
+		cur, err := v.live.currentJob(r.Context(), id)
 		if err != nil {
 			// Gone (deleted) or the store is failing over: the client
 			// opens the stream again.
 			return
 		}
 		j = cur
-		var p jobPatch
-		p.Results = note(j)
-		head := headOf(j)
-		if data, _ := json.Marshal(head); string(data) != string(lastData) {
-			p.Job, lastData = head, data
-		}
+		p := es.patch(j)
 		if p.Job == nil && p.Results == nil {
-			if time.Since(idle) > eventsKeepAlive {
-				if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil || rc.Flush() != nil {
-					return
-				}
-				idle = time.Now()
+			if !es.keepAlive() {
+				return
 			}
 			continue
 		}
-		if !send("update", p) {
+		if !es.send("update", p) {
 			return
 		}
-		idle = time.Now()
 	}
-	send("end", map[string]string{"status": string(j.Status)})
+	es.send("end", map[string]string{"status": string(j.Status)})
+}
+
+// eventStream is one client's job event stream: what it was last sent, so
+// each update carries only what changed since.
+type eventStream struct {
+	w  http.ResponseWriter
+	rc *http.ResponseController
+	// marks are the node results last sent, by flat step and node.
+	marks map[int]map[string]resultMark
+	// lastHead is the job's head last sent, encoded.
+	lastHead []byte
+	// idle is when the stream last wrote.
+	idle time.Time
+}
+
+// send writes one event and flushes it; false when the client is gone.
+func (es *eventStream) send(event string, v any) bool {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return false
+	}
+	if _, err := fmt.Fprintf(es.w, "event: %s\ndata: %s\n\n", event, data); err != nil {
+		return false
+	}
+	es.idle = time.Now()
+	return es.rc.Flush() == nil
+}
+
+// keepAlive writes a comment when the stream has been quiet for
+// eventsKeepAlive; false when the client is gone.
+func (es *eventStream) keepAlive() bool {
+	if time.Since(es.idle) <= eventsKeepAlive {
+		return true
+	}
+	if _, err := fmt.Fprint(es.w, ": keep-alive\n\n"); err != nil || es.rc.Flush() != nil {
+		return false
+	}
+	es.idle = time.Now()
+	return true
+}
+
+// patch is what changed in j since the last event: its head when it
+// differs, and the node results that differ.
+func (es *eventStream) patch(j *api.Job) jobPatch {
+	p := jobPatch{Results: es.changedResults(j)}
+	head := headOf(j)
+	if data, _ := json.Marshal(head); string(data) != string(es.lastHead) {
+		p.Job, es.lastHead = head, data
+	}
+	return p
+}
+
+// changedResults returns the node results of j that differ from those
+// last seen, and remembers them.
+func (es *eventStream) changedResults(j *api.Job) map[int]map[string]*api.NodeResult {
+	var changed map[int]map[string]*api.NodeResult
+	for step, nodes := range j.Results {
+		for node, nr := range nodes {
+			if nr == nil {
+				continue
+			}
+			m := markOf(nr)
+			if es.marks[step] == nil {
+				es.marks[step] = map[string]resultMark{}
+			}
+			if old, ok := es.marks[step][node]; ok && old == m {
+				continue
+			}
+			es.marks[step][node] = m
+			if changed == nil {
+				changed = map[int]map[string]*api.NodeResult{}
+			}
+			if changed[step] == nil {
+				changed[step] = map[string]*api.NodeResult{}
+			}
+			changed[step][node] = nr
+		}
+	}
+	return changed
 }
 
 // writeJobError answers a failed job lookup.

@@ -48,9 +48,9 @@ func (c *Controller) apiRoutes() []route {
 		// (the sign-in page is one of them); its data routes need read.
 		{"GET /ui/", public, ui.Handler("/ui/")},
 		{"GET /{$}", public, http.RedirectHandler("/ui/", http.StatusFound)},
-		{"GET /fleet", api.RoleRead, h(c.handleFleet)},
-		{"GET /jobs/page", api.RoleRead, h(c.handleJobPage)},
-		{"GET /job/{id}/events", api.RoleRead, h(c.handleJobEvents)},
+		{"GET /fleet", api.RoleRead, h(c.views.handleFleet)},
+		{"GET /jobs/page", api.RoleRead, h(c.views.handleJobPage)},
+		{"GET /job/{id}/events", api.RoleRead, h(c.views.handleJobEvents)},
 		// Any token may scrape; a metrics-role token may do nothing else.
 		{"GET /metrics", api.RoleMetrics, c.metrics.handler()},
 		{"GET /healthz", public, h(c.handleHealthz)},
