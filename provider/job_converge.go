@@ -124,22 +124,7 @@ func (r *jobResource) converge(ctx context.Context, plan, state *jobResourceMode
 		return
 	}
 	done := slices.DeleteFunc(slices.Clone(want), func(id string) bool { return !slices.Contains(have, id) })
-	for _, id := range want {
-		if slices.Contains(have, id) {
-			continue
-		}
-		one := *spec
-		one.Target = api.Target{Scope: api.ScopeNode, Value: id}
-		job := r.runJob(ctx, &one, true, false, waitFor, "Submit Converge Job Error", diags)
-		if job == nil {
-			break
-		}
-		if !jobSucceeded(job, false) {
-			diags.AddError("Converge Job Failed", fmt.Sprintf("Running the tasks on %s, a node new to the target, did not complete. %s\n\n"+
-				"converged_nodes records the nodes that did; the next apply tries %s again.", id, failureDetail(job), id))
-			break
-		}
-		done = append(done, id)
-	}
+	added := slices.DeleteFunc(slices.Clone(want), func(id string) bool { return slices.Contains(have, id) })
+	done = append(done, r.runOnNodes(ctx, spec, added, waitFor, "Converge", diags)...)
 	plan.ConvergedNodes = nodesValue(done)
 }

@@ -28,16 +28,19 @@ type jobDataSource struct {
 }
 
 type jobDataSourceModel struct {
-	ID         types.String `tfsdk:"id"`
-	Target     types.Object `tfsdk:"target"`
-	Strategy   types.String `tfsdk:"strategy"`
-	CheckMode  types.Bool   `tfsdk:"check_mode"`
-	Status     types.String `tfsdk:"status"`
-	Error      types.String `tfsdk:"error"`
-	Nodes      types.List   `tfsdk:"nodes"`
-	Results    types.List   `tfsdk:"results"`
-	CreatedAt  types.String `tfsdk:"created_at"`
-	FinishedAt types.String `tfsdk:"finished_at"`
+	ID        types.String `tfsdk:"id"`
+	Target    types.Object `tfsdk:"target"`
+	Strategy  types.String `tfsdk:"strategy"`
+	CheckMode types.Bool   `tfsdk:"check_mode"`
+	Status    types.String `tfsdk:"status"`
+	Error     types.String `tfsdk:"error"`
+	Nodes     types.List   `tfsdk:"nodes"`
+	Results   types.List   `tfsdk:"results"`
+	Summary   types.Object `tfsdk:"summary"`
+	// UnreachableNodes: as in the resource.
+	UnreachableNodes types.List   `tfsdk:"unreachable_nodes"`
+	CreatedAt        types.String `tfsdk:"created_at"`
+	FinishedAt       types.String `tfsdk:"finished_at"`
 }
 
 func (d *jobDataSource) Metadata(_ context.Context, req datasource.MetadataRequest, resp *datasource.MetadataResponse) {
@@ -66,6 +69,10 @@ func (d *jobDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, re
 			"created_at":  schema.StringAttribute{Computed: true, MarkdownDescription: "When the controller accepted the job (RFC 3339)."},
 			"finished_at": schema.StringAttribute{Computed: true, MarkdownDescription: "When the job ended (RFC 3339); empty while it runs."},
 			"results":     dataSourceResultsAttribute(),
+			"summary":     dataSourceSummaryAttribute(),
+			"unreachable_nodes": schema.ListAttribute{
+				Computed: true, ElementType: types.StringType, MarkdownDescription: unreachableNodesDescription,
+			},
 		},
 	}
 }
@@ -109,9 +116,11 @@ func (d *jobDataSource) Read(ctx context.Context, req datasource.ReadRequest, re
 	cfg.Status = types.StringValue(string(job.Status))
 	cfg.Error = types.StringValue(job.Error)
 	cfg.Nodes = nodesValue(job.Expected)
-	results, diags := resultsValue(job)
+	results, diags := resultsValue(job, resultsFull)
 	resp.Diagnostics.Append(diags...)
 	cfg.Results = results
+	cfg.Summary = summaryValue(job)
+	cfg.UnreachableNodes = nodesValue(unreachableNodes(job))
 	cfg.CreatedAt = types.StringValue(job.CreatedAt.UTC().Format(time.RFC3339))
 	cfg.FinishedAt = types.StringValue("")
 	if job.FinishedAt != nil {

@@ -48,6 +48,12 @@ data "grid_job" "cli" {
 					statecheck.ExpectKnownValue(ds, tfjsonpath.New("results").AtSliceIndex(0).AtMapKey("nodes").AtMapKey("node-2").AtMapKey("output"),
 						knownvalue.StringExact("from the cli")),
 					statecheck.ExpectKnownValue(ds, tfjsonpath.New("finished_at"), knownvalue.StringRegexp(rfc3339)),
+					statecheck.ExpectKnownValue(ds, tfjsonpath.New("summary"), knownvalue.ObjectExact(map[string]knownvalue.Check{
+						"targeted": knownvalue.Int64Exact(1), "reached": knownvalue.Int64Exact(1), "succeeded": knownvalue.Int64Exact(1),
+						"failed": knownvalue.Int64Exact(0), "unreachable": knownvalue.Int64Exact(0), "not_started": knownvalue.Int64Exact(0),
+						"changed": knownvalue.Int64Exact(0),
+					})),
+					statecheck.ExpectKnownValue(ds, tfjsonpath.New("unreachable_nodes"), knownvalue.ListSizeExact(0)),
 				},
 			},
 			{

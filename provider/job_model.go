@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/attr"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
+	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 	"github.com/hashicorp/terraform-plugin-framework/types/basetypes"
 
@@ -43,6 +44,7 @@ var (
 	resultNodeObjectType = types.ObjectType{AttrTypes: resultNodeAttrTypes}
 	resultAttrTypes      = withAttr(resultAttrTypesOf(resultStepFields), "nodes", types.MapType{ElemType: resultNodeObjectType})
 	resultObjectType     = types.ObjectType{AttrTypes: resultAttrTypes}
+	summaryAttrTypes     = resultAttrTypesOf(summaryFields)
 )
 
 func withAttr(m map[string]attr.Type, name string, t attr.Type) map[string]attr.Type {
@@ -321,13 +323,45 @@ func nodesValue(ids []string) types.List {
 	return types.ListValueMust(types.StringType, elems)
 }
 
+// What state records of each node's results (results_detail).
+const (
+	// resultsFull keeps every node's result of every step.
+	resultsFull = "full"
+	// resultsSummary keeps the steps and the job's summary: no value per
+	// node, so a job over a thousand nodes plans as fast as one over ten.
+	resultsSummary = "summary"
+)
+
+// planResultsDetail plans results as unknown when an update changes
+// results_detail: apply reads them again in the new detail.
+func planResultsDetail(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse, plan *jobResourceModel) {
+	var prior types.String
+	resp.Diagnostics.Append(req.State.GetAttribute(ctx, path.Root("results_detail"), &prior)...)
+	if resp.Diagnostics.HasError() || plan.ResultsDetail.IsUnknown() || plan.ResultsDetail.Equal(prior) {
+		return
+	}
+	resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("results"), types.ListUnknown(resultObjectType))...)
+}
+
 // resultsValue renders a job's results as one element per flat step, in
-// step order, each with a map of node id to that node's result.
-func resultsValue(job *api.Job) (types.List, diag.Diagnostics) {
+// step order, each with a map of node id to that node's result; with
+// detail resultsSummary, each step's nodes are null.
+func resultsValue(job *api.Job, detail string) (types.List, diag.Diagnostics) {
 	var diags diag.Diagnostics
 	steps := api.Flatten(job.Tasks)
 	elems := make([]attr.Value, 0, len(steps))
 	for _, s := range steps {
+		if detail == resultsSummary {
+			o, d := types.ObjectValue(resultAttrTypes, map[string]attr.Value{
+				"index":   types.Int64Value(int64(s.Index)),
+				"backend": types.StringValue(s.Task.Backend),
+				"action":  types.StringValue(s.Task.Action),
+				"nodes":   types.MapNull(resultNodeObjectType),
+			})
+			diags.Append(d...)
+			elems = append(elems, o)
+			continue
+		}
 		nodes := map[string]attr.Value{}
 		for id, r := range job.Results[s.Index] {
 			if r == nil {
@@ -358,6 +392,57 @@ func resultsValue(job *api.Job) (types.List, diag.Diagnostics) {
 	l, d := types.ListValue(resultObjectType, elems)
 	diags.Append(d...)
 	return l, diags
+}
+
+// summaryValue counts a finished job's nodes by outcome; null while the
+// job runs.
+func summaryValue(job *api.Job) types.Object {
+	sum := job.Summary
+	if sum == nil {
+		return types.ObjectNull(summaryAttrTypes)
+	}
+	changed := 0
+	for _, id := range job.Expected {
+		for _, m := range job.Results {
+			if r := m[id]; r != nil && r.Changed {
+				changed++
+				break
+			}
+		}
+	}
+	return types.ObjectValueMust(summaryAttrTypes, map[string]attr.Value{
+		"targeted":    types.Int64Value(int64(sum.Targeted)),
+		"reached":     types.Int64Value(int64(sum.Reached)),
+		"succeeded":   types.Int64Value(int64(sum.Succeeded)),
+		"failed":      types.Int64Value(int64(sum.Failed)),
+		"unreachable": types.Int64Value(int64(sum.Unreachable)),
+		"not_started": types.Int64Value(int64(sum.NotStarted)),
+		"changed":     types.Int64Value(int64(changed)),
+	})
+}
+
+// unreachableNodes are the nodes a job could not reach: offline when its
+// target was resolved, or gone during a step.
+func unreachableNodes(job *api.Job) []string {
+	seen := map[string]bool{}
+	out := []string{}
+	add := func(id string) {
+		if !seen[id] {
+			seen[id] = true
+			out = append(out, id)
+		}
+	}
+	for _, id := range job.Unreachable {
+		add(id)
+	}
+	for _, m := range job.Results {
+		for id, r := range m {
+			if r != nil && r.Status == api.StepUnreachable {
+				add(id)
+			}
+		}
+	}
+	return out
 }
 
 // jobSucceeded reports whether a terminal job counts as a success. A job

@@ -28,9 +28,10 @@ const previewTimeout = 2 * time.Minute
 // previewNodesType is preview_nodes' type.
 var previewNodesType = types.MapType{ElemType: types.ListType{ElemType: types.StringType}}
 
-// previewRefusals returns, for each leaf whose action has no check mode,
-// why it cannot be previewed.
-func previewRefusals(cat *api.Catalog, leaves []specLeaf) map[int]string {
+// withoutCheckMode returns, for each leaf whose action has no check mode,
+// "tasks[0]: exec.run has no check mode": a preview or a drift check
+// cannot run it without changing the hosts.
+func withoutCheckMode(cat *api.Catalog, leaves []specLeaf) map[int]string {
 	out := map[int]string{}
 	for i, leaf := range leaves {
 		b, ok := cat.Backend(leaf.Task.Backend)
@@ -41,8 +42,7 @@ func previewRefusals(cat *api.Catalog, leaves []specLeaf) map[int]string {
 		if !ok || a.CheckMode || a.ReadOnly {
 			continue
 		}
-		out[i] = fmt.Sprintf("%s: %s has no check mode, so preview cannot show what it would change without changing the hosts. "+
-			"Set preview = false for this job, or move the action to a job without preview.", leaf.Field, leaf.Task.Name())
+		out[i] = fmt.Sprintf("%s: %s has no check mode", leaf.Field, leaf.Task.Name())
 	}
 	return out
 }
@@ -106,10 +106,11 @@ func (o previewOutcome) value() types.Map {
 // planPreview runs the check-mode job for a plan that creates the job and
 // sets preview_nodes and preview_summary.
 func (r *jobResource) planPreview(ctx context.Context, plan *jobResourceModel, leaves []specLeaf, cat *api.Catalog, diags *diag.Diagnostics) (types.Map, types.String, bool) {
-	refusals := previewRefusals(cat, leaves)
+	refusals := withoutCheckMode(cat, leaves)
 	for i, leaf := range leaves {
 		if msg, ok := refusals[i]; ok {
-			diags.AddAttributeError(leaf.Path, "Preview Not Possible", msg)
+			diags.AddAttributeError(leaf.Path, "Preview Not Possible", msg+", so preview cannot show what it would change without changing the hosts. "+
+				"Set preview = false for this job, or move the action to a job without preview.")
 		}
 	}
 	if diags.HasError() {

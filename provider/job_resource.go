@@ -56,18 +56,28 @@ type jobResourceModel struct {
 	Converge       types.Bool `tfsdk:"converge"`
 	ConvergedNodes types.List `tfsdk:"converged_nodes"`
 	// Preview, PreviewNodes and PreviewSummary: see provider/job_preview.go.
-	Preview        types.Bool     `tfsdk:"preview"`
-	PreviewNodes   types.Map      `tfsdk:"preview_nodes"`
-	PreviewSummary types.String   `tfsdk:"preview_summary"`
-	Triggers       types.Map      `tfsdk:"triggers"`
-	Wait           types.Bool     `tfsdk:"wait"`
-	AllowEmpty     types.Bool     `tfsdk:"allow_empty"`
-	DestroyTasks   types.List     `tfsdk:"destroy_tasks"`
-	Status         types.String   `tfsdk:"status"`
-	Nodes          types.List     `tfsdk:"nodes"`
-	Results        types.List     `tfsdk:"results"`
-	CreatedAt      types.String   `tfsdk:"created_at"`
-	Timeouts       timeouts.Value `tfsdk:"timeouts"`
+	Preview        types.Bool   `tfsdk:"preview"`
+	PreviewNodes   types.Map    `tfsdk:"preview_nodes"`
+	PreviewSummary types.String `tfsdk:"preview_summary"`
+	Triggers       types.Map    `tfsdk:"triggers"`
+	Wait           types.Bool   `tfsdk:"wait"`
+	AllowEmpty     types.Bool   `tfsdk:"allow_empty"`
+	DestroyTasks   types.List   `tfsdk:"destroy_tasks"`
+	Status         types.String `tfsdk:"status"`
+	Nodes          types.List   `tfsdk:"nodes"`
+	// ResultsDetail, Results, Summary and UnreachableNodes: what state
+	// records of the job's outcome (job_model.go).
+	ResultsDetail    types.String `tfsdk:"results_detail"`
+	Results          types.List   `tfsdk:"results"`
+	Summary          types.Object `tfsdk:"summary"`
+	UnreachableNodes types.List   `tfsdk:"unreachable_nodes"`
+	// Drift, DriftedNodes and DriftUnreachableNodes: see
+	// provider/job_drift.go.
+	Drift                 types.String   `tfsdk:"drift"`
+	DriftedNodes          types.Map      `tfsdk:"drifted_nodes"`
+	DriftUnreachableNodes types.List     `tfsdk:"drift_unreachable_nodes"`
+	CreatedAt             types.String   `tfsdk:"created_at"`
+	Timeouts              timeouts.Value `tfsdk:"timeouts"`
 }
 
 func (r *jobResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
@@ -101,13 +111,19 @@ func specFrom(ctx context.Context, m *jobResourceModel, tasks types.List) (*api.
 	}, diags
 }
 
-// setJob copies what the controller reports about a job into the model.
+// setJob copies what the controller reports about a job into the model,
+// its results in the model's results_detail.
 func setJob(m *jobResourceModel, job *api.Job) diag.Diagnostics {
 	m.ID = types.StringValue(job.ID)
 	m.Status = types.StringValue(string(job.Status))
 	m.CreatedAt = types.StringValue(job.CreatedAt.UTC().Format(time.RFC3339))
-	results, diags := resultsValue(job)
+	if m.ResultsDetail.IsNull() || m.ResultsDetail.IsUnknown() {
+		m.ResultsDetail = types.StringValue(resultsFull)
+	}
+	results, diags := resultsValue(job, m.ResultsDetail.ValueString())
 	m.Results = results
+	m.Summary = summaryValue(job)
+	m.UnreachableNodes = nodesValue(unreachableNodes(job))
 	if len(job.Expected) > 0 || job.Status.Terminal() || m.Nodes.IsUnknown() || m.Nodes.IsNull() {
 		m.Nodes = nodesValue(job.Expected)
 	}
@@ -139,6 +155,7 @@ func (r *jobResource) Create(ctx context.Context, req resource.CreateRequest, re
 	if plan.PreviewSummary.IsUnknown() {
 		plan.PreviewSummary = types.StringNull()
 	}
+	plan.DriftedNodes, plan.DriftUnreachableNodes = noDrift()
 	wait := plan.Wait.ValueBool()
 	job := r.runJob(ctx, spec, wait, plan.AllowEmpty.ValueBool(), waitFor, "Submit Job Error", &resp.Diagnostics)
 	if job == nil {
@@ -205,11 +222,30 @@ func (r *jobResource) Read(ctx context.Context, req resource.ReadRequest, resp *
 		addClientError(&resp.Diagnostics, "Read Job Error", err)
 		return
 	}
+	fillAdded(&state)
 	resp.Diagnostics.Append(setJob(&state, job)...)
 	if importing {
 		resp.Diagnostics.Append(fillSpec(&state, job)...)
 	}
+	if !importing && state.Drift.ValueString() == driftDetect {
+		r.detectDrift(ctx, &state, job, &resp.Diagnostics)
+	}
 	resp.Diagnostics.Append(resp.State.Set(ctx, &state)...)
+}
+
+// fillAdded gives the attributes added since a state was written (null in
+// it) the values an unchanged configuration plans, so that upgrading the
+// provider plans no change.
+func fillAdded(m *jobResourceModel) {
+	if m.ResultsDetail.IsNull() {
+		m.ResultsDetail = types.StringValue(resultsFull)
+	}
+	if m.Drift.IsNull() {
+		m.Drift = types.StringValue(driftIgnore)
+	}
+	if m.DriftedNodes.IsNull() || m.DriftUnreachableNodes.IsNull() {
+		m.DriftedNodes, m.DriftUnreachableNodes = noDrift()
+	}
 }
 
 // fillSpec fills the configurable attributes from a job (import).
@@ -235,11 +271,15 @@ func fillSpec(m *jobResourceModel, job *api.Job) diag.Diagnostics {
 	m.Wait = types.BoolValue(true)
 	m.AllowEmpty = types.BoolValue(false)
 	m.DestroyTasks = types.ListNull(taskObjectType)
+	m.Drift = types.StringValue(driftIgnore)
+	m.DriftedNodes, m.DriftUnreachableNodes = noDrift()
 	return diags
 }
 
-// Update changes only what needs no new job: wait, allow_empty,
-// destroy_tasks and timeouts. Everything else replaces the resource.
+// Update runs no new job of the configuration: it changes what needs none
+// (wait, allow_empty, destroy_tasks, timeouts, results_detail, drift),
+// runs the tasks on nodes new to a converging target, and on the nodes
+// that drifted. Everything else replaces the resource.
 func (r *jobResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
 	var plan, state jobResourceModel
 	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
@@ -248,7 +288,20 @@ func (r *jobResource) Update(ctx context.Context, req resource.UpdateRequest, re
 		return
 	}
 	plan.ID, plan.Status, plan.Nodes, plan.Results, plan.CreatedAt = state.ID, state.Status, state.Nodes, state.Results, state.CreatedAt
+	plan.Summary, plan.UnreachableNodes = state.Summary, state.UnreachableNodes
+	if !plan.ResultsDetail.Equal(state.ResultsDetail) && r.client != nil {
+		// Results are kept in the other detail from now on: read them again.
+		job, err := r.client.GetJob(ctx, state.ID.ValueString())
+		switch {
+		case err == nil:
+			resp.Diagnostics.Append(setJob(&plan, job)...)
+		case !api.IsStatus(err, http.StatusNotFound):
+			addClientError(&resp.Diagnostics, "Read Job Error", err)
+			return
+		}
+	}
 	r.converge(ctx, &plan, &state, &resp.Diagnostics)
+	r.fixDrift(ctx, &plan, &state, &resp.Diagnostics)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
 }
 

@@ -236,7 +236,47 @@ func (r *jobResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp
 				Computed:            true,
 				PlanModifiers:       []planmodifier.List{listplanmodifier.UseStateForUnknown()},
 			},
+			"results_detail": schema.StringAttribute{
+				MarkdownDescription: "What state keeps of the job's results: `full` (each node's status, output, error, changed, duration and attempts of every step) or `summary` " +
+					"(the steps, `summary` and `unreachable_nodes`; each step's `nodes` is null). Every value in state costs time in each plan, so a job over hundreds " +
+					"of nodes plans in a fraction of the time with `summary`; read one node's output with the `grid_job` data source or `grid job get`. " +
+					"Changing it runs nothing. Defaults to `full`.",
+				Optional:   true,
+				Computed:   true,
+				Default:    stringdefault.StaticString(resultsFull),
+				Validators: []validator.String{stringvalidator.OneOf(resultsFull, resultsSummary)},
+			},
 			"results": resourceResultsAttribute(),
+			"summary": resourceSummaryAttribute(),
+			"unreachable_nodes": schema.ListAttribute{
+				MarkdownDescription: unreachableNodesDescription,
+				ElementType:         types.StringType,
+				Computed:            true,
+				PlanModifiers:       []planmodifier.List{listplanmodifier.UseStateForUnknown()},
+			},
+			"drift": schema.StringAttribute{
+				MarkdownDescription: "`detect`: every refresh runs the tasks in check mode on the nodes the job ran on and records in `drifted_nodes` those that would change " +
+					"(a file edited by hand, a package removed); the plan then shows them, and apply runs the tasks on those nodes alone (one job per node). " +
+					"Every action must support check mode, and `check_mode` must be `false`. The check waits at most 2 minutes and follows `max_concurrency`; " +
+					"nodes it cannot reach are listed in `drift_unreachable_nodes`, not as drift. `ignore` (the default) checks nothing.",
+				Optional:   true,
+				Computed:   true,
+				Default:    stringdefault.StaticString(driftIgnore),
+				Validators: []validator.String{stringvalidator.OneOf(driftIgnore, driftDetect)},
+			},
+			"drifted_nodes": schema.MapAttribute{
+				MarkdownDescription: "With `drift = \"detect\"`: the nodes whose last check would change something, each with the steps and what they would change " +
+					"(`tasks[0] file.write: would write /etc/app.conf`). A plan that fixes them shows them removed from here.",
+				ElementType:   types.ListType{ElemType: types.StringType},
+				Computed:      true,
+				PlanModifiers: []planmodifier.Map{mapplanmodifier.UseStateForUnknown()},
+			},
+			"drift_unreachable_nodes": schema.ListAttribute{
+				MarkdownDescription: "With `drift = \"detect\"`: the nodes the last check could not reach (offline, or gone during it), sorted. Not drift: nothing runs on them.",
+				ElementType:         types.StringType,
+				Computed:            true,
+				PlanModifiers:       []planmodifier.List{listplanmodifier.UseStateForUnknown()},
+			},
 			"created_at": schema.StringAttribute{
 				MarkdownDescription: "When the controller accepted the job (RFC 3339).",
 				Computed:            true,

@@ -33,6 +33,10 @@ func (r *jobResource) ValidateConfig(ctx context.Context, req resource.ValidateC
 		}
 	}
 
+	if cfg.Drift.ValueString() == driftDetect && cfg.CheckMode.ValueBool() {
+		resp.Diagnostics.AddAttributeError(path.Root("drift"), "Drift Detection Of A Check-Mode Job",
+			`A job with check_mode = true changes nothing, so there is no state its nodes can drift from. Set drift = "ignore", or check_mode = false.`)
+	}
 	validateTaskShapes(ctx, cfg.Tasks, path.Root("tasks"), &resp.Diagnostics)
 	validateTaskShapes(ctx, cfg.DestroyTasks, path.Root("destroy_tasks"), &resp.Diagnostics)
 	if resp.Diagnostics.HasError() {
@@ -161,20 +165,31 @@ func (r *jobResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanReq
 	// the target. (A replacement is planned again as a create, with a null
 	// state.)
 	creating := req.State.Raw.IsNull()
+	// driftOn is an update that starts detecting drift: its tasks are
+	// checked for check mode like a new job's.
+	driftOn := false
 	if !creating {
 		r.planConverge(ctx, req, resp, &plan)
+		r.planDrift(ctx, req, resp, &plan)
+		planResultsDetail(ctx, req, resp, &plan)
 		if resp.Diagnostics.HasError() {
 			return
 		}
+		var priorDrift types.String
+		resp.Diagnostics.Append(req.State.GetAttribute(ctx, path.Root("drift"), &priorDrift)...)
+		driftOn = plan.Drift.ValueString() == driftDetect && priorDrift.ValueString() != driftDetect
 	}
 	lists := []string{"tasks", "destroy_tasks"}
 	if !creating {
 		var prior types.List
 		resp.Diagnostics.Append(req.State.GetAttribute(ctx, path.Root("destroy_tasks"), &prior)...)
-		if resp.Diagnostics.HasError() || plan.DestroyTasks.Equal(prior) {
+		if resp.Diagnostics.HasError() || (plan.DestroyTasks.Equal(prior) && !driftOn) {
 			return
 		}
 		lists = []string{"destroy_tasks"}
+		if driftOn {
+			lists = append(lists, "tasks")
+		}
 	}
 
 	checkMode := plan.CheckMode.ValueBool()
@@ -214,6 +229,15 @@ func (r *jobResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanReq
 		warnSensitiveInParams(&resp.Diagnostics, cat, leaf)
 	}
 
+	if plan.Drift.ValueString() == driftDetect {
+		for i, msg := range withoutCheckMode(cat, leaves) {
+			if !strings.HasPrefix(leaves[i].Field, "destroy_tasks") {
+				resp.Diagnostics.AddAttributeError(leaves[i].Path, "Drift Detection Not Possible", msg+
+					", so a refresh cannot check whether a node drifted without changing it. "+
+					`Set drift = "ignore" for this job, or move the action to a job without drift detection.`)
+			}
+		}
+	}
 	if !creating {
 		return
 	}

@@ -5,6 +5,7 @@ import (
 	dschema "github.com/hashicorp/terraform-plugin-framework/datasource/schema"
 	rschema "github.com/hashicorp/terraform-plugin-framework/resource/schema"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/listplanmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/objectplanmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 )
@@ -23,7 +24,7 @@ type resultField struct {
 
 const (
 	resultsDescription     = "One element per step, in the order the steps run (pipeline tasks are numbered in place, depth first)."
-	resultNodesDescription = "Result of each node that took part in the step, by node id."
+	resultNodesDescription = "Result of each node that took part in the step, by node id; null with `results_detail = \"summary\"`."
 )
 
 var (
@@ -42,6 +43,23 @@ var (
 		{"duration", types.StringType, "How long the last attempt ran."},
 		{"attempts", types.Int64Type, "How many times it ran."},
 	}
+)
+
+// summaryFields are the attributes of summary: a finished job's nodes
+// counted by outcome (api.JobSummary), and those that changed.
+var summaryFields = []resultField{
+	{"targeted", types.Int64Type, "Nodes the target matched, online or not."},
+	{"reached", types.Int64Type, "Nodes that started at least one step."},
+	{"succeeded", types.Int64Type, "Nodes on which every step they ran succeeded."},
+	{"failed", types.Int64Type, "Nodes on which a step failed."},
+	{"unreachable", types.Int64Type, "Nodes offline when the target was resolved, or gone during a step."},
+	{"not_started", types.Int64Type, "Nodes a rollout never started because `max_errors` was exceeded."},
+	{"changed", types.Int64Type, "Nodes on which a step changed something."},
+}
+
+const (
+	summaryDescription          = "The finished job's nodes counted by outcome; null while the job runs."
+	unreachableNodesDescription = "Ids of the nodes the job could not reach (offline when its target was resolved, or gone during a step), sorted."
 )
 
 // resultAttrTypesOf returns the attribute types of fields.
@@ -70,24 +88,59 @@ func computedAttrs[A any](fields []resultField, str, i64, boolean func(desc stri
 	return m
 }
 
+// resourceComputedAttrs renders fields as the resource's computed
+// attributes.
+func resourceComputedAttrs(fields []resultField) map[string]rschema.Attribute {
+	return computedAttrs(fields,
+		func(d string) rschema.Attribute {
+			return rschema.StringAttribute{Computed: true, MarkdownDescription: d}
+		},
+		func(d string) rschema.Attribute {
+			return rschema.Int64Attribute{Computed: true, MarkdownDescription: d}
+		},
+		func(d string) rschema.Attribute { return rschema.BoolAttribute{Computed: true, MarkdownDescription: d} })
+}
+
+// dataSourceComputedAttrs renders fields as the data source's computed
+// attributes.
+func dataSourceComputedAttrs(fields []resultField) map[string]dschema.Attribute {
+	return computedAttrs(fields,
+		func(d string) dschema.Attribute {
+			return dschema.StringAttribute{Computed: true, MarkdownDescription: d}
+		},
+		func(d string) dschema.Attribute {
+			return dschema.Int64Attribute{Computed: true, MarkdownDescription: d}
+		},
+		func(d string) dschema.Attribute { return dschema.BoolAttribute{Computed: true, MarkdownDescription: d} })
+}
+
+// resourceSummaryAttribute is grid_job's summary.
+func resourceSummaryAttribute() rschema.SingleNestedAttribute {
+	return rschema.SingleNestedAttribute{
+		MarkdownDescription: summaryDescription,
+		Computed:            true,
+		Attributes:          resourceComputedAttrs(summaryFields),
+		PlanModifiers:       []planmodifier.Object{objectplanmodifier.UseStateForUnknown()},
+	}
+}
+
+// dataSourceSummaryAttribute is the grid_job data source's summary.
+func dataSourceSummaryAttribute() dschema.SingleNestedAttribute {
+	return dschema.SingleNestedAttribute{
+		MarkdownDescription: summaryDescription,
+		Computed:            true,
+		Attributes:          dataSourceComputedAttrs(summaryFields),
+	}
+}
+
 // resourceResultsAttribute is grid_job's results: kept from state until the
 // job is run again.
 func resourceResultsAttribute() rschema.ListNestedAttribute {
-	computed := func(fields []resultField) map[string]rschema.Attribute {
-		return computedAttrs(fields,
-			func(d string) rschema.Attribute {
-				return rschema.StringAttribute{Computed: true, MarkdownDescription: d}
-			},
-			func(d string) rschema.Attribute {
-				return rschema.Int64Attribute{Computed: true, MarkdownDescription: d}
-			},
-			func(d string) rschema.Attribute { return rschema.BoolAttribute{Computed: true, MarkdownDescription: d} })
-	}
-	step := computed(resultStepFields)
+	step := resourceComputedAttrs(resultStepFields)
 	step["nodes"] = rschema.MapNestedAttribute{
 		MarkdownDescription: resultNodesDescription,
 		Computed:            true,
-		NestedObject:        rschema.NestedAttributeObject{Attributes: computed(resultNodeFields)},
+		NestedObject:        rschema.NestedAttributeObject{Attributes: resourceComputedAttrs(resultNodeFields)},
 	}
 	return rschema.ListNestedAttribute{
 		MarkdownDescription: resultsDescription,
@@ -99,21 +152,11 @@ func resourceResultsAttribute() rschema.ListNestedAttribute {
 
 // dataSourceResultsAttribute is the grid_job data source's results.
 func dataSourceResultsAttribute() dschema.ListNestedAttribute {
-	computed := func(fields []resultField) map[string]dschema.Attribute {
-		return computedAttrs(fields,
-			func(d string) dschema.Attribute {
-				return dschema.StringAttribute{Computed: true, MarkdownDescription: d}
-			},
-			func(d string) dschema.Attribute {
-				return dschema.Int64Attribute{Computed: true, MarkdownDescription: d}
-			},
-			func(d string) dschema.Attribute { return dschema.BoolAttribute{Computed: true, MarkdownDescription: d} })
-	}
-	step := computed(resultStepFields)
+	step := dataSourceComputedAttrs(resultStepFields)
 	step["nodes"] = dschema.MapNestedAttribute{
 		MarkdownDescription: resultNodesDescription,
 		Computed:            true,
-		NestedObject:        dschema.NestedAttributeObject{Attributes: computed(resultNodeFields)},
+		NestedObject:        dschema.NestedAttributeObject{Attributes: dataSourceComputedAttrs(resultNodeFields)},
 	}
 	return dschema.ListNestedAttribute{
 		MarkdownDescription: resultsDescription,

@@ -303,14 +303,14 @@ func TestAccJobResource_preview(t *testing.T) {
 	})
 }
 
-func TestPreviewRefusesActionsWithoutCheckMode(t *testing.T) {
+func TestWithoutCheckModeNamesActionsWithoutIt(t *testing.T) {
 	cat := &api.Catalog{Backends: []api.BackendSchema{{Name: "exec", Actions: []api.ActionSchema{{Name: "run"}}},
 		{Name: "ping", Actions: []api.ActionSchema{{Name: "echo", CheckMode: true}}}}}
 	leaves := []specLeaf{
 		{Field: "tasks[0]", Task: api.Task{Backend: "ping", Action: "echo"}},
 		{Field: "tasks[1]", Task: api.Task{Backend: "exec", Action: "run"}},
 	}
-	got := previewRefusals(cat, leaves)
+	got := withoutCheckMode(cat, leaves)
 	if len(got) != 1 || !strings.Contains(got[1], "tasks[1]: exec.run has no check mode") {
 		t.Fatalf("refusals %v, want one for tasks[1] exec.run", got)
 	}

@@ -41,6 +41,23 @@ resource "grid_job" "canary" {
   tasks  = [{ backend = "ping", action = "echo", params = { message = "canary" } }]
 }
 
+# Keep a file as written: every refresh checks it on the nodes in check
+# mode, a plan shows the nodes where someone changed it, and apply writes it
+# there again. A fleet-wide job keeps only a summary of its results in state.
+resource "grid_job" "motd" {
+  target         = { scope = "group", value = "web" }
+  drift          = "detect"
+  converge       = true
+  results_detail = "summary"
+  tasks = [
+    { backend = "file", action = "write", params = { path = "/etc/motd", content = "managed by GRID\n" } },
+  ]
+}
+
+output "motd_drift" {
+  value = grid_job.motd.drifted_nodes
+}
+
 output "rollout_results" {
   value = {
     for step in grid_job.rollout.results :
