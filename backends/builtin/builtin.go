@@ -9,6 +9,7 @@ import (
 	"github.com/gridfleet/terraform-provider-grid/backends/apt"
 	execbackend "github.com/gridfleet/terraform-provider-grid/backends/exec"
 	"github.com/gridfleet/terraform-provider-grid/backends/file"
+	"github.com/gridfleet/terraform-provider-grid/backends/health"
 	netbackend "github.com/gridfleet/terraform-provider-grid/backends/net"
 	"github.com/gridfleet/terraform-provider-grid/backends/ping"
 	"github.com/gridfleet/terraform-provider-grid/backends/sysinfo"
@@ -67,6 +68,7 @@ func New(opts Options) (*backends.Registry, error) {
 		apt.New(apt.Options{AptGetPath: opts.AptGetPath, DpkgQueryPath: opts.DpkgQueryPath}),
 		systemd.New(systemd.Options{SystemctlPath: opts.SystemctlPath}),
 		netbackend.New(netbackend.Options{PingPath: opts.PingPath, ResolvConfPath: resolv}),
+		health.New(health.Options{SystemctlPath: opts.SystemctlPath}),
 	}
 	// An exec backend without programs could run nothing; leaving it out
 	// keeps it off the node's advertised schemas.

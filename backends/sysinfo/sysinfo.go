@@ -253,3 +253,13 @@ func human(b uint64) string {
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(b)/float64(div), "KMGTPE"[exp])
 }
+
+// Disk, Memory and Load are the disk, memory and load queries with their
+// facts, for backends that judge the numbers (health's thresholds).
+func Disk(path string) (map[string]any, string, error) { return disk(path) }
+
+// Memory reads /proc/meminfo; see Disk.
+func Memory() (map[string]any, string, error) { return memory("/proc/meminfo") }
+
+// Load reads /proc/loadavg; see Disk.
+func Load() (map[string]any, string, error) { return load("/proc/loadavg") }
