@@ -6,12 +6,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"reflect"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -740,4 +746,73 @@ func checkInlineCommand(words []string) error {
 		}
 	}
 	return nil
+}
+
+// The README's health gates run: each health.http task of its jobs, with
+// its own params, passes against a server that answers as the task
+// expects and fails, after its retries, against one that does not. Only
+// the URL's host:port is moved to the test's server (and retry_delay
+// shortened for the failing run), since nothing listens on the address a
+// README example names.
+func TestReadmeHealthGatesRun(t *testing.T) {
+	reg, err := builtin.New(builtin.Options{Sandbox: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ran int
+	for _, b := range readmeBlocks(t) {
+		if b.lang != "yaml" {
+			continue
+		}
+		spec, err := api.ParseJobSpec([]byte(strings.Join(b.lines, "\n")))
+		if err != nil || len(spec.Tasks) == 0 {
+			continue
+		}
+		for _, s := range api.Flatten(spec.Job().Tasks) {
+			if s.Task.Backend != "health" || s.Task.Action != "http" {
+				continue
+			}
+			ran++
+			u, err := url.Parse(s.Task.Params["url"])
+			if err != nil {
+				t.Fatalf("%s:%d: url: %v", readmeFile, b.line, err)
+			}
+			want, _ := strconv.Atoi(s.Task.Params["status"])
+			if want == 0 {
+				want = http.StatusOK
+			}
+			for _, healthy := range []bool{true, false} {
+				var hits atomic.Int32
+				srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					hits.Add(1)
+					if !healthy || r.URL.Path != u.Path {
+						w.WriteHeader(http.StatusServiceUnavailable)
+						return
+					}
+					w.WriteHeader(want)
+				}))
+				p := maps.Clone(s.Task.Params)
+				moved := *u
+				moved.Host = strings.TrimPrefix(srv.URL, "http://")
+				p["url"] = moved.String()
+				if !healthy {
+					p["retry_delay"] = "1ms"
+				}
+				res, err := reg.Run(context.Background(), "health", &backends.Request{Action: "http", Params: p})
+				srv.Close()
+				retries, _ := strconv.Atoi(p["retries"])
+				switch {
+				case healthy && err != nil:
+					t.Errorf("%s:%d: health.http against a healthy server: %v", readmeFile, b.line, err)
+				case !healthy && err == nil:
+					t.Errorf("%s:%d: health.http against a failing server passed", readmeFile, b.line)
+				case !healthy && int(hits.Load()) != retries+1:
+					t.Errorf("%s:%d: %d requests to a failing server, want %d (retries %d): %v", readmeFile, b.line, hits.Load(), retries+1, retries, res.Facts)
+				}
+			}
+		}
+	}
+	if ran == 0 {
+		t.Errorf("the README's jobs have no health.http gate")
+	}
 }
