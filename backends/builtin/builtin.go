@@ -7,6 +7,7 @@ import (
 
 	"github.com/gridfleet/terraform-provider-grid/backends"
 	"github.com/gridfleet/terraform-provider-grid/backends/apt"
+	"github.com/gridfleet/terraform-provider-grid/backends/cert"
 	execbackend "github.com/gridfleet/terraform-provider-grid/backends/exec"
 	"github.com/gridfleet/terraform-provider-grid/backends/file"
 	"github.com/gridfleet/terraform-provider-grid/backends/health"
@@ -69,6 +70,7 @@ func New(opts Options) (*backends.Registry, error) {
 		systemd.New(systemd.Options{SystemctlPath: opts.SystemctlPath}),
 		netbackend.New(netbackend.Options{PingPath: opts.PingPath, ResolvConfPath: resolv}),
 		health.New(health.Options{SystemctlPath: opts.SystemctlPath}),
+		cert.New(),
 	}
 	// An exec backend without programs could run nothing; leaving it out
 	// keeps it off the node's advertised schemas.

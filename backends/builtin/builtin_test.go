@@ -19,9 +19,9 @@ func TestNew(t *testing.T) {
 		opts Options
 		want []string
 	}{
-		{"defaults", Options{}, []string{"apt", "file", "health", "net", "ping", "sysinfo", "systemd", "test"}},
+		{"defaults", Options{}, []string{"apt", "cert", "file", "health", "net", "ping", "sysinfo", "systemd", "test"}},
 		{"with programs", Options{Programs: map[string]ProgramSpec{"tool": {Path: "/bin/true"}}},
-			[]string{"apt", "exec", "file", "health", "net", "ping", "sysinfo", "systemd", "test"}},
+			[]string{"apt", "cert", "exec", "file", "health", "net", "ping", "sysinfo", "systemd", "test"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r, err := New(tc.opts)
