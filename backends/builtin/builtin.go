@@ -13,6 +13,7 @@ import (
 	"github.com/gridfleet/terraform-provider-grid/backends/health"
 	netbackend "github.com/gridfleet/terraform-provider-grid/backends/net"
 	"github.com/gridfleet/terraform-provider-grid/backends/ping"
+	procbackend "github.com/gridfleet/terraform-provider-grid/backends/proc"
 	"github.com/gridfleet/terraform-provider-grid/backends/sysinfo"
 	"github.com/gridfleet/terraform-provider-grid/backends/systemd"
 	"github.com/gridfleet/terraform-provider-grid/backends/testbackend"
@@ -71,6 +72,7 @@ func New(opts Options) (*backends.Registry, error) {
 		netbackend.New(netbackend.Options{PingPath: opts.PingPath, ResolvConfPath: resolv}),
 		health.New(health.Options{SystemctlPath: opts.SystemctlPath}),
 		cert.New(),
+		procbackend.New(procbackend.Options{}),
 	}
 	// An exec backend without programs could run nothing; leaving it out
 	// keeps it off the node's advertised schemas.

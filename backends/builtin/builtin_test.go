@@ -19,9 +19,9 @@ func TestNew(t *testing.T) {
 		opts Options
 		want []string
 	}{
-		{"defaults", Options{}, []string{"apt", "cert", "file", "health", "net", "ping", "sysinfo", "systemd", "test"}},
+		{"defaults", Options{}, []string{"apt", "cert", "file", "health", "net", "ping", "proc", "sysinfo", "systemd", "test"}},
 		{"with programs", Options{Programs: map[string]ProgramSpec{"tool": {Path: "/bin/true"}}},
-			[]string{"apt", "cert", "exec", "file", "health", "net", "ping", "sysinfo", "systemd", "test"}},
+			[]string{"apt", "cert", "exec", "file", "health", "net", "ping", "proc", "sysinfo", "systemd", "test"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r, err := New(tc.opts)
@@ -81,9 +81,9 @@ func TestDangerousActionsOffByDefault(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"apt.remove", "apt.upgrade", "net.dns_set", "systemd.disable", "systemd.stop"}
+	want := []string{"apt.remove", "apt.upgrade", "net.dns_set", "proc.signal", "systemd.disable", "systemd.stop"}
 	var got []string
-	for _, name := range []string{"apt", "file", "net", "ping", "sysinfo", "systemd", "test"} {
+	for _, name := range []string{"apt", "file", "net", "ping", "proc", "sysinfo", "systemd", "test"} {
 		b, _ := r.Get(name)
 		for _, a := range b.Schema().Actions {
 			if a.Dangerous {
