@@ -97,7 +97,7 @@ func TestDangerousActionsOffByDefault(t *testing.T) {
 	}
 	ctx := context.Background()
 	for _, tc := range []struct{ backend, action string }{
-		{"apt", "remove"}, {"apt", "upgrade"}, {"systemd", "stop"}, {"systemd", "disable"}, {"net", "dns_set"},
+		{"apt", "remove"}, {"apt", "upgrade"}, {"systemd", "stop"}, {"systemd", "disable"}, {"net", "dns_set"}, {"proc", "signal"},
 	} {
 		params := api.Params{"package": "cowsay", "unit": "sshd", "servers": "192.0.2.1"}
 		b, _ := r.Get(tc.backend)
