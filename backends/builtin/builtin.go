@@ -8,6 +8,7 @@ import (
 	"github.com/gridfleet/terraform-provider-grid/backends"
 	"github.com/gridfleet/terraform-provider-grid/backends/apt"
 	"github.com/gridfleet/terraform-provider-grid/backends/cert"
+	"github.com/gridfleet/terraform-provider-grid/backends/dns"
 	execbackend "github.com/gridfleet/terraform-provider-grid/backends/exec"
 	"github.com/gridfleet/terraform-provider-grid/backends/file"
 	"github.com/gridfleet/terraform-provider-grid/backends/health"
@@ -73,6 +74,7 @@ func New(opts Options) (*backends.Registry, error) {
 		health.New(health.Options{SystemctlPath: opts.SystemctlPath}),
 		cert.New(),
 		procbackend.New(procbackend.Options{}),
+		dns.New(),
 	}
 	// An exec backend without programs could run nothing; leaving it out
 	// keeps it off the node's advertised schemas.
