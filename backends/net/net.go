@@ -1,5 +1,5 @@
-// Package net is the net backend: ping a host with the system's ping
-// binary (argv, never a shell), and read or set the DNS resolver
+// Package net is the net backend: ping a host with ICMP sockets of the
+// agent's own (no ping program), and read or set the DNS resolver
 // configuration in a resolv.conf file, written atomically.
 package net
 
@@ -12,7 +12,6 @@ import (
 	"io/fs"
 	stdnet "net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -41,7 +40,8 @@ const DefaultResolvConf = "/etc/resolv.conf"
 
 // Options configure the backend.
 type Options struct {
-	// PingPath is the ping binary; default: "ping" from PATH.
+	// PingPath, when set, is a ping binary that ping runs (argv, never a
+	// shell) instead of sending ICMP echo requests itself.
 	PingPath string
 	// ResolvConfPath is the file dns_get reads and dns_set writes.
 	ResolvConfPath string
@@ -67,7 +67,7 @@ func (*Backend) Schema() api.BackendSchema {
 		Name:        "net",
 		Description: "Network checks and resolver configuration.",
 		Actions: []api.ActionSchema{
-			{Name: "ping", Description: "Send ICMP echo requests with the ping binary; fails when no reply comes back.",
+			{Name: "ping", Description: "Send ICMP echo requests from the agent (an unprivileged ICMP socket, else a raw one); fails when no reply comes back.",
 				ReadOnly: true, Idempotent: true, CheckMode: true, Params: []api.ParamSchema{
 					{Name: "host", Type: api.TypeString, Required: true, Pattern: HostPattern, Description: "Host name or IP address."},
 					{Name: "count", Type: api.TypeInt, Default: "3", Pattern: `^([1-9]|10)$`, Description: "Echo requests to send (1-10)."},
@@ -112,14 +112,11 @@ func (b *Backend) pingHost(ctx context.Context, host, count string) (*backends.R
 	if n, err := strconv.Atoi(count); err != nil || n < 1 || n > 10 {
 		return nil, fmt.Errorf("ping: count %q is not between 1 and 10", count)
 	}
-	bin := b.ping
-	if bin == "" {
-		p, err := exec.LookPath("ping")
-		if err != nil {
-			return nil, fmt.Errorf("ping: no ping binary on this node (install iputils-ping, or configure its path): %w", err)
-		}
-		bin = p
+	n, _ := strconv.Atoi(count)
+	if b.ping == "" {
+		return icmpPing(ctx, host, n)
 	}
+	bin := b.ping
 	// -n: no reverse lookups, which can take longer than the pings.
 	// -W 2: wait at most two seconds for each reply.
 	out, err := proc.Run(ctx, proc.Cmd{Path: bin, Args: []string{"-n", "-c", count, "-W", "2", "--", host}})

@@ -4,10 +4,14 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
@@ -100,12 +104,93 @@ func TestPing(t *testing.T) {
 	}
 }
 
-func TestPingMissingBinary(t *testing.T) {
-	t.Setenv("PATH", t.TempDir())
-	b := New(Options{})
-	_, err := b.Run(context.Background(), &backends.Request{Action: "ping", Params: api.Params{"host": "example.org", "count": "1"}})
-	if err == nil || !strings.Contains(err.Error(), "no ping binary") {
-		t.Errorf("err = %v, want a clear message", err)
+// With no ping binary configured, ping sends its own echo requests: to
+// the loopback addresses they are answered, or, where the kernel allows
+// the agent neither ICMP socket kind, the error says why.
+func TestICMPPing(t *testing.T) {
+	t.Setenv("PATH", t.TempDir()) // no ping(8) to fall back on
+	r := backends.NewRegistry().MustRegister(New(Options{}))
+	for _, host := range []string{"127.0.0.1", "localhost", "::1"} {
+		t.Run(host, func(t *testing.T) {
+			res, err := r.Run(context.Background(), "net", &backends.Request{Action: "ping", Params: api.Params{"host": host, "count": "3"}})
+			if errors.Is(err, ErrICMPNotPermitted) {
+				if !strings.Contains(err.Error(), "ping_group_range") || !strings.Contains(err.Error(), "CAP_NET_RAW") {
+					t.Errorf("the error does not say what to change: %v", err)
+				}
+				t.Skipf("this host allows no ICMP socket: %v", err)
+			}
+			if host == "::1" && err != nil && strings.Contains(err.Error(), "address") {
+				t.Skipf("no IPv6 loopback: %v", err)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := res.Facts
+			if f["transmitted"] != 3 || f["received"] != 3 || f["loss_pct"] != 0.0 || res.Changed {
+				t.Errorf("facts %v", f)
+			}
+			if m := f["method"]; m != "icmp-datagram" && m != "icmp-raw" {
+				t.Errorf("method %v", m)
+			}
+			if lo, hi := f["rtt_min_ms"].(float64), f["rtt_max_ms"].(float64); lo <= 0 || hi < lo {
+				t.Errorf("rtt %v..%v", lo, hi)
+			}
+			t.Logf("%s: %s via %s", host, res.Output, f["method"])
+		})
+	}
+}
+
+// An agent the kernel allows no ICMP socket gets an error that says what
+// to change: the test runs itself again as nobody (without CAP_NET_RAW),
+// on a kernel whose ping_group_range leaves nobody's group out.
+func TestICMPNotPermitted(t *testing.T) {
+	if os.Getenv("NET_TEST_ICMP_CHILD") == "1" {
+		_, err := New(Options{}).Run(context.Background(), &backends.Request{Action: "ping", Params: api.Params{"host": "127.0.0.1", "count": "1"}})
+		if !errors.Is(err, ErrICMPNotPermitted) || !strings.Contains(err.Error(), "ping_group_range") || !strings.Contains(err.Error(), "CAP_NET_RAW") {
+			t.Fatalf("as nobody: %v", err)
+		}
+		return
+	}
+	if os.Getuid() != 0 {
+		t.Skip("needs root to run a child as nobody")
+	}
+	const nobody = 65534
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ping_group_range"); err == nil {
+		var lo, hi int
+		if _, err := fmt.Sscan(string(b), &lo, &hi); err == nil && lo <= nobody && nobody <= hi {
+			t.Skipf("this kernel lets group %d open ICMP sockets (ping_group_range %s)", nobody, strings.TrimSpace(string(b)))
+		}
+	}
+	// The test binary must be reachable by nobody.
+	bin := filepath.Join(t.TempDir(), "net.test")
+	data, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// Only the test's own directories are opened up, never the temp root
+	// or anything above it.
+	if st, err := os.Stat(os.TempDir()); err != nil || st.Mode().Perm()&0o001 == 0 {
+		t.Skipf("%s is closed to other users", os.TempDir())
+	}
+	for d := filepath.Dir(bin); strings.HasPrefix(d, filepath.Clean(os.TempDir())+"/"); d = filepath.Dir(d) {
+		if st, err := os.Stat(d); err == nil && st.Mode().Perm()&0o001 == 0 {
+			if err := os.Chmod(d, st.Mode().Perm()|0o001); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	cmd := exec.Command(bin, "-test.run=^TestICMPNotPermitted$", "-test.v")
+	cmd.Env = append(os.Environ(), "NET_TEST_ICMP_CHILD=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("as nobody: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "--- PASS: TestICMPNotPermitted") {
+		t.Fatalf("the child did not run the check:\n%s", out)
 	}
 }
 
