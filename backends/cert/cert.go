@@ -63,7 +63,9 @@ func (*Backend) Schema() api.BackendSchema {
 		{Name: "server_name", Type: api.TypeString, Pattern: ServerNamePattern, Description: "Name sent in SNI and verified against; default: address's host."},
 		{Name: "timeout", Type: api.TypeDuration, Default: "10s", Description: "Time the connection and handshake may take."},
 	}
-	with := func(extra ...api.ParamSchema) []api.ParamSchema { return append(append([]api.ParamSchema{}, source...), extra...) }
+	with := func(extra ...api.ParamSchema) []api.ParamSchema {
+		return append(append([]api.ParamSchema{}, source...), extra...)
+	}
 	q := func(name, desc string, params []api.ParamSchema) api.ActionSchema {
 		return api.ActionSchema{Name: name, Description: desc, ReadOnly: true, Idempotent: true, CheckMode: true, Params: params}
 	}

@@ -20,7 +20,7 @@ import (
 // with a CNAME answers every type with the CNAME and the target's records.
 var zone = map[string]map[dnsmessage.Type][]dnsmessage.ResourceBody{
 	"web.grid.test.": {
-		dnsmessage.TypeA: {&dnsmessage.AResource{A: [4]byte{192, 0, 2, 11}}, &dnsmessage.AResource{A: [4]byte{192, 0, 2, 10}}},
+		dnsmessage.TypeA:    {&dnsmessage.AResource{A: [4]byte{192, 0, 2, 11}}, &dnsmessage.AResource{A: [4]byte{192, 0, 2, 10}}},
 		dnsmessage.TypeAAAA: {&dnsmessage.AAAAResource{AAAA: netip.MustParseAddr("2001:db8::10").As16()}},
 	},
 	"alias.grid.test.": {dnsmessage.TypeCNAME: {&dnsmessage.CNAMEResource{CNAME: dnsmessage.MustNewName("web.grid.test.")}}},
@@ -29,7 +29,7 @@ var zone = map[string]map[dnsmessage.Type][]dnsmessage.ResourceBody{
 		dnsmessage.TypeTXT: {&dnsmessage.TXTResource{TXT: []string{"v=spf1 -all"}}},
 		dnsmessage.TypeNS:  {&dnsmessage.NSResource{NS: dnsmessage.MustNewName("ns1.grid.test.")}},
 	},
-	"_http._tcp.grid.test.": {dnsmessage.TypeSRV: {&dnsmessage.SRVResource{Priority: 1, Weight: 5, Port: 8080, Target: dnsmessage.MustNewName("web.grid.test.")}}},
+	"_http._tcp.grid.test.":    {dnsmessage.TypeSRV: {&dnsmessage.SRVResource{Priority: 1, Weight: 5, Port: 8080, Target: dnsmessage.MustNewName("web.grid.test.")}}},
 	"10.2.0.192.in-addr.arpa.": {dnsmessage.TypePTR: {&dnsmessage.PTRResource{PTR: dnsmessage.MustNewName("web.grid.test.")}}},
 }
 

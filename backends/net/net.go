@@ -22,6 +22,7 @@ import (
 	"github.com/gridfleet/terraform-provider-grid/backends"
 	"github.com/gridfleet/terraform-provider-grid/backends/internal/atomicfile"
 	"github.com/gridfleet/terraform-provider-grid/backends/internal/proc"
+	"github.com/gridfleet/terraform-provider-grid/backends/internal/procfs"
 )
 
 // Patterns. A host is a DNS name (labels of letters, digits and inner
@@ -45,23 +46,28 @@ type Options struct {
 	PingPath string
 	// ResolvConfPath is the file dns_get reads and dns_set writes.
 	ResolvConfPath string
+	// ProcRoot is where procfs is mounted; default /proc.
+	ProcRoot string
 }
 
 // Backend is the net backend.
 type Backend struct {
-	ping, resolvConf string
+	ping, resolvConf, procRoot string
 }
 
 // New returns the net backend.
 func New(opts Options) *Backend {
-	b := &Backend{ping: opts.PingPath, resolvConf: opts.ResolvConfPath}
+	b := &Backend{ping: opts.PingPath, resolvConf: opts.ResolvConfPath, procRoot: opts.ProcRoot}
 	if b.resolvConf == "" {
 		b.resolvConf = DefaultResolvConf
+	}
+	if b.procRoot == "" {
+		b.procRoot = procfs.Root
 	}
 	return b
 }
 
-// Schema declares ping, dns_get and dns_set.
+// Schema declares ping, port, interfaces, dns_get and dns_set.
 func (*Backend) Schema() api.BackendSchema {
 	return api.BackendSchema{
 		Name:        "net",
@@ -72,6 +78,13 @@ func (*Backend) Schema() api.BackendSchema {
 					{Name: "host", Type: api.TypeString, Required: true, Pattern: HostPattern, Description: "Host name or IP address."},
 					{Name: "count", Type: api.TypeInt, Default: "3", Pattern: `^([1-9]|10)$`, Description: "Echo requests to send (1-10)."},
 				}},
+			{Name: "port", Description: "Sockets listening (TCP) or bound (UDP) on the node, with their process, from /proc/net; with port, fails when nothing listens on it.",
+				ReadOnly: true, Idempotent: true, CheckMode: true, Params: []api.ParamSchema{
+					{Name: "port", Type: api.TypeInt, Pattern: `^([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])$`, Description: "Port (1-65535); every listener when omitted."},
+					{Name: "protocol", Type: api.TypeString, Default: "tcp", Enum: []string{"tcp", "udp"}, Description: "tcp or udp."},
+				}},
+			{Name: "interfaces", Description: "Network interfaces: addresses, MTU, MAC, flags and operational state.",
+				ReadOnly: true, Idempotent: true, CheckMode: true},
 			{Name: "dns_get", Description: "Read the resolver configuration: nameservers, search domains, options.",
 				ReadOnly: true, Idempotent: true, CheckMode: true},
 			{Name: "dns_set", Description: "Set nameservers and search domains (the file then holds exactly these; options lines are kept). No change when they already match.",
@@ -88,6 +101,10 @@ func (b *Backend) Run(ctx context.Context, req *backends.Request) (*backends.Res
 	switch req.Action {
 	case "ping":
 		return b.pingHost(ctx, req.Params["host"], req.Params["count"])
+	case "port":
+		return b.ports(req.Params["protocol"], req.Params["port"])
+	case "interfaces":
+		return interfaces()
 	case "dns_get":
 		conf, err := ReadResolvConf(b.resolvConf)
 		if err != nil {

@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	stdnet "net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -290,5 +292,103 @@ func TestDNSSymlink(t *testing.T) {
 	}
 	if c, _ := ReadResolvConf(target); !slices.Equal(c.Servers, []string{"192.0.2.1"}) {
 		t.Errorf("target servers = %v", c.Servers)
+	}
+}
+
+func TestParseSockAddr(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		addr string
+		port int
+	}{
+		{"0100007F:1F90", "127.0.0.1", 8080},
+		{"00000000:0016", "0.0.0.0", 22},
+		{"00000000000000000000000001000000:0050", "::1", 80},
+		{"0000000000000000FFFF00000100007F:0016", "127.0.0.1", 22},
+		{"B80D0120000000000000000001000000:01BB", "2001:db8::1", 443},
+	} {
+		a, p, err := parseSockAddr(tc.in)
+		if err != nil || a.String() != tc.addr || p != tc.port {
+			t.Errorf("%s: %v %d %v, want %s %d", tc.in, a, p, err, tc.addr, tc.port)
+		}
+	}
+	for _, bad := range []string{"", "0100007F", "0100007:1F90", "zz00007F:1F90", "0100007F:xyz"} {
+		if _, _, err := parseSockAddr(bad); err == nil {
+			t.Errorf("%q parsed", bad)
+		}
+	}
+}
+
+// The sockets this test opens are found, with this process as their owner.
+func TestPort(t *testing.T) {
+	r := backends.NewRegistry().MustRegister(New(Options{}))
+	port := func(p api.Params) (*backends.Result, error) {
+		return r.Run(context.Background(), "net", &backends.Request{Action: "port", Params: p, CheckMode: true})
+	}
+	tcp, err := stdnet.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tcp.Close()
+	udp, err := stdnet.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer udp.Close()
+	self, _ := os.ReadFile("/proc/self/comm")
+	for _, tc := range []struct {
+		proto string
+		port  int
+	}{
+		{"tcp", tcp.Addr().(*stdnet.TCPAddr).Port},
+		{"udp", udp.LocalAddr().(*stdnet.UDPAddr).Port},
+	} {
+		res, err := port(api.Params{"port": strconv.Itoa(tc.port), "protocol": tc.proto})
+		if err != nil {
+			t.Fatalf("%s %d: %v", tc.proto, tc.port, err)
+		}
+		ls := res.Facts["listeners"].([]any)
+		if len(ls) != 1 || res.Facts["listening"] != true {
+			t.Fatalf("%s %d: %v", tc.proto, tc.port, res.Facts)
+		}
+		l := ls[0].(map[string]any)
+		if l["address"] != "127.0.0.1" || l["pid"] != os.Getpid() || l["process"] != strings.TrimSpace(string(self)) || l["uid"] != os.Getuid() {
+			t.Errorf("%s %d: listener %v", tc.proto, tc.port, l)
+		}
+	}
+	// Every listener, ours among them.
+	res, err := port(api.Params{})
+	if err != nil || !strings.Contains(res.Output, fmt.Sprintf("127.0.0.1:%d", tcp.Addr().(*stdnet.TCPAddr).Port)) {
+		t.Errorf("all listeners: %v\n%s", err, res.Output)
+	}
+	// A port closed again listens no more.
+	gone, _ := stdnet.Listen("tcp", "127.0.0.1:0")
+	gonePort := gone.Addr().(*stdnet.TCPAddr).Port
+	gone.Close()
+	res, err = port(api.Params{"port": strconv.Itoa(gonePort)})
+	if err == nil || res.Facts["listening"] != false {
+		t.Errorf("closed port %d: %v %v", gonePort, res.Facts, err)
+	}
+	for _, bad := range []string{"0", "65536", "-1"} {
+		if _, err := port(api.Params{"port": bad}); !errors.Is(err, backends.ErrInvalidParams) {
+			t.Errorf("port %s: %v", bad, err)
+		}
+	}
+}
+
+func TestInterfaces(t *testing.T) {
+	r := backends.NewRegistry().MustRegister(New(Options{}))
+	res, err := r.Run(context.Background(), "net", &backends.Request{Action: "interfaces", CheckMode: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lo map[string]any
+	for _, i := range res.Facts["interfaces"].([]any) {
+		if m := i.(map[string]any); m["loopback"] == true {
+			lo = m
+		}
+	}
+	if lo == nil || lo["up"] != true || lo["mtu"].(int) <= 0 || !slices.Contains(lo["addresses"].([]string), "127.0.0.1/8") {
+		t.Errorf("loopback: %v\n%s", lo, res.Output)
 	}
 }
