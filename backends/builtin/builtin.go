@@ -12,6 +12,7 @@ import (
 	execbackend "github.com/gridfleet/terraform-provider-grid/backends/exec"
 	"github.com/gridfleet/terraform-provider-grid/backends/file"
 	"github.com/gridfleet/terraform-provider-grid/backends/health"
+	"github.com/gridfleet/terraform-provider-grid/backends/journald"
 	netbackend "github.com/gridfleet/terraform-provider-grid/backends/net"
 	"github.com/gridfleet/terraform-provider-grid/backends/ping"
 	procbackend "github.com/gridfleet/terraform-provider-grid/backends/proc"
@@ -75,6 +76,7 @@ func New(opts Options) (*backends.Registry, error) {
 		cert.New(),
 		procbackend.New(procbackend.Options{}),
 		dns.New(),
+		journald.New(journald.Options{}),
 	}
 	// An exec backend without programs could run nothing; leaving it out
 	// keeps it off the node's advertised schemas.

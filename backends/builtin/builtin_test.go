@@ -19,9 +19,9 @@ func TestNew(t *testing.T) {
 		opts Options
 		want []string
 	}{
-		{"defaults", Options{}, []string{"apt", "cert", "dns", "file", "health", "net", "ping", "proc", "sysinfo", "systemd", "test"}},
+		{"defaults", Options{}, []string{"apt", "cert", "dns", "file", "health", "journald", "net", "ping", "proc", "sysinfo", "systemd", "test"}},
 		{"with programs", Options{Programs: map[string]ProgramSpec{"tool": {Path: "/bin/true"}}},
-			[]string{"apt", "cert", "dns", "exec", "file", "health", "net", "ping", "proc", "sysinfo", "systemd", "test"}},
+			[]string{"apt", "cert", "dns", "exec", "file", "health", "journald", "net", "ping", "proc", "sysinfo", "systemd", "test"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r, err := New(tc.opts)

@@ -62,7 +62,7 @@ func run(t *testing.T, b *Backend, action string, params api.Params) (*backends.
 	t.Helper()
 	r := backends.NewRegistry().MustRegister(b)
 	res, err := r.Run(context.Background(), "cert", &backends.Request{Action: action, Params: params, CheckMode: true})
-	if res.Changed {
+	if res != nil && res.Changed {
 		t.Errorf("%s reports a change", action)
 	}
 	return res, err

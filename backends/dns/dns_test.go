@@ -133,7 +133,7 @@ func run(t *testing.T, action string, p api.Params) (*backends.Result, error) {
 	t.Helper()
 	r := backends.NewRegistry().MustRegister(New())
 	res, err := r.Run(context.Background(), "dns", &backends.Request{Action: action, Params: p, CheckMode: true})
-	if res.Changed {
+	if res != nil && res.Changed {
 		t.Errorf("%s reports a change", action)
 	}
 	return res, err

@@ -64,7 +64,7 @@ func run(t *testing.T, b *Backend, action string, p api.Params) (*backends.Resul
 	r := backends.NewRegistry().MustRegister(b)
 	// Every check is read-only: it runs in check mode as it does outside.
 	res, err := r.Run(context.Background(), "health", &backends.Request{Action: action, Params: p, CheckMode: true})
-	if res.Changed {
+	if res != nil && res.Changed {
 		t.Errorf("%s reports a change", action)
 	}
 	return res, err
