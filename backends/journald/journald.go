@@ -74,7 +74,7 @@ func (*Backend) Schema() api.BackendSchema {
 				api.ParamSchema{Name: "boot", Type: api.TypeString, Pattern: BootPattern, Description: "Only this boot: 0 the current, -1 the one before, or a boot id."},
 				api.ParamSchema{Name: "grep", Type: api.TypeString, Description: "Regular expression (RE2) the message must match."},
 				api.ParamSchema{Name: "lines", Type: api.TypeInt, Default: "100", Pattern: `^([1-9][0-9]{0,3}|10000)$`, Description: "Most entries returned (the last ones), 1-10000."},
-				api.ParamSchema{Name: "max_output_bytes", Type: api.TypeInt, Default: "65536", Pattern: `^[0-9]{1,7}$`, Description: "Most bytes of output (and of entries in facts); the last entries that fit are kept."}),
+				api.ParamSchema{Name: "max_output_bytes", Type: api.TypeInt, Default: "32768", Pattern: `^[0-9]{1,7}$`, Description: "Most bytes of output, and of entries in facts, each; the last entries that fit are kept. Keep it under the agent's max_output_bytes."}),
 			q("boots", "The boots the journal holds: index, id, first and last entry."),
 			q("disk_usage", "Bytes the journal files take."),
 		},
@@ -206,14 +206,17 @@ func (b *Backend) logs(ctx context.Context, p api.Params) (*backends.Result, err
 	if err != nil {
 		return nil, err
 	}
-	// The last entries that fit in max_output_bytes.
-	size, first := 0, len(kept)
+	// The last entries that fit in max_output_bytes, as output lines and
+	// as facts each: the agent drops facts larger than its own cap.
+	outSize, factSize, first := 0, 0, len(kept)
 	for first > 0 {
-		n := len(kept[first-1].line()) + 1
-		if size+n > maxBytes {
+		e := kept[first-1]
+		fb, _ := json.Marshal(e.facts())
+		n, m := len(e.line())+1, len(fb)+1
+		if outSize+n > maxBytes || factSize+m > maxBytes {
 			break
 		}
-		size += n
+		outSize, factSize = outSize+n, factSize+m
 		first--
 	}
 	truncated := first > 0 || total > len(kept)

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -97,6 +98,17 @@ func (f *fake) run(t *testing.T, action string, p api.Params) (*backends.Result,
 	return res, err
 }
 
+// factsBytes is the size of request n's facts in JSON, and a newline.
+func factsBytes(n int) int {
+	prio := 6
+	if n%3 == 0 {
+		prio = 3
+	}
+	b, _ := json.Marshal(Entry{Time: t0.Add(time.Duration(n) * time.Minute), Priority: prio, Unit: "web.service", Tag: "web",
+		PID: "42", Message: fmt.Sprintf("request %d", n), BootID: "fedcba9876543210fedcba9876543210"}.facts())
+	return len(b) + 1
+}
+
 func messages(res *backends.Result) []string {
 	var out []string
 	for _, e := range res.Facts["entries"].([]any) {
@@ -169,8 +181,12 @@ func TestLogs(t *testing.T) {
 			[]string{"--output=json", "--no-pager", "--quiet", "--unit=db.service", "--lines=100"},
 			[]string{"ok\uFFFD"}, false},
 		// Each line is "2026-11-24T08:0N:00Z web[42]: request N" (39 bytes
-		// and a newline): 100 bytes hold two.
+		// and a newline): 100 bytes hold two lines, and no entry's facts.
 		{"max_output_bytes", api.Params{"unit": "web.service", "max_output_bytes": "100"},
+			[]string{"--output=json", "--no-pager", "--quiet", "--unit=web.service", "--lines=100"},
+			nil, true},
+		// The facts of the last two entries, exactly.
+		{"max_output_bytes for facts", api.Params{"unit": "web.service", "max_output_bytes": strconv.Itoa(factsBytes(8) + factsBytes(9))},
 			[]string{"--output=json", "--no-pager", "--quiet", "--unit=web.service", "--lines=100"},
 			[]string{"request 8", "request 9"}, true},
 	} {
