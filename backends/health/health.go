@@ -122,7 +122,16 @@ func (b *Backend) Run(ctx context.Context, req *backends.Request) (*backends.Res
 	p := req.Params
 	switch req.Action {
 	case "http":
-		return retry(ctx, p, func(ctx context.Context) (map[string]any, string, error) { return httpCheck(ctx, p) })
+		// A bad pattern is the caller's error, not a failed attempt to
+		// retry.
+		var re *regexp.Regexp
+		if pat := p["body_pattern"]; pat != "" {
+			var err error
+			if re, err = regexp.Compile(pat); err != nil {
+				return nil, fmt.Errorf("body_pattern: %w", err)
+			}
+		}
+		return retry(ctx, p, func(ctx context.Context) (map[string]any, string, error) { return httpCheck(ctx, p, re) })
 	case "tcp":
 		return retry(ctx, p, func(ctx context.Context) (map[string]any, string, error) { return tcpCheck(ctx, p["address"]) })
 	case "process":
@@ -171,7 +180,7 @@ func retry(ctx context.Context, p api.Params, attempt func(context.Context) (map
 	}
 }
 
-func httpCheck(ctx context.Context, p api.Params) (map[string]any, string, error) {
+func httpCheck(ctx context.Context, p api.Params, re *regexp.Regexp) (map[string]any, string, error) {
 	raw := p["url"]
 	facts := map[string]any{"url": raw}
 	u, err := url.Parse(raw)
@@ -220,15 +229,11 @@ func httpCheck(ctx context.Context, p api.Params) (map[string]any, string, error
 	if resp.StatusCode != want {
 		return facts, line, fmt.Errorf("GET %s: status %d, want %d: %w", raw, resp.StatusCode, want, ErrUnhealthy)
 	}
-	if pat := p["body_pattern"]; pat != "" {
-		re, err := regexp.Compile(pat)
-		if err != nil {
-			return facts, line, fmt.Errorf("body_pattern: %w", err)
-		}
+	if re != nil {
 		match := re.Match(body)
 		facts["body_match"] = match
 		if !match {
-			return facts, line, fmt.Errorf("GET %s: body does not match %q: %w", raw, pat, ErrUnhealthy)
+			return facts, line, fmt.Errorf("GET %s: body does not match %q: %w", raw, re, ErrUnhealthy)
 		}
 		line += ", body matches"
 	}
