@@ -816,3 +816,43 @@ func TestReadmeHealthGatesRun(t *testing.T) {
 		t.Errorf("the README's jobs have no health.http gate")
 	}
 }
+
+// The README's table of read-only actions ("Looking at a host") has a row
+// for every action of the backends that look at a host, and names no
+// action that does not exist.
+func TestReadmeLookTable(t *testing.T) {
+	data, err := os.ReadFile(readmePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(data), "\n### Looking at a host\n")
+	if !ok {
+		t.Fatalf("%s has no section \"Looking at a host\"", readmeFile)
+	}
+	section, _, _ := strings.Cut(rest, "\n#")
+	rows := map[string]bool{}
+	for _, m := range regexp.MustCompile("(?m)^\\| `([a-z]+\\.[a-z_]+)` \\|").FindAllStringSubmatch(section, -1) {
+		rows[m[1]] = true
+	}
+	cat := builtinCatalog(t)
+	want := map[string]bool{}
+	for _, b := range cat.Backends {
+		for _, a := range b.Actions {
+			name := b.Name + "." + a.Name
+			switch b.Name {
+			case "health", "cert", "proc", "dns", "journald":
+				want[name] = true
+			}
+			if rows[name] {
+				delete(rows, name)
+				delete(want, name)
+			}
+		}
+	}
+	for name := range want {
+		t.Errorf("%s: the table of \"Looking at a host\" has no row for %s", readmeFile, name)
+	}
+	for name := range rows {
+		t.Errorf("%s: the table of \"Looking at a host\" names %s, which no built-in backend offers", readmeFile, name)
+	}
+}
