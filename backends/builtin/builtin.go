@@ -42,7 +42,8 @@ type Options struct {
 	// backend is not offered.
 	Programs map[string]ProgramSpec
 	// Binary paths, for hosts where they are not on PATH (and tests);
-	// empty means look up the usual name.
+	// empty means look up the usual name, except PingPath: empty, net.ping
+	// sends ICMP echo requests itself and needs no ping binary.
 	SystemctlPath, AptGetPath, DpkgQueryPath, PingPath string
 }
 

@@ -153,7 +153,7 @@ func TestFindAndCount(t *testing.T) {
 }
 
 func TestListAndTop(t *testing.T) {
-	res, err := run(t, "list", nil)
+	res, err := run(t, "list", api.Params{"limit": "9999"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,6 +165,11 @@ func TestListAndTop(t *testing.T) {
 	}
 	if self == nil || self["ppid"] != os.Getppid() || self["uid"] != os.Getuid() {
 		t.Errorf("this process in the list: %v", self)
+	}
+	// The default limit keeps the list (and its facts) short.
+	res, err = run(t, "list", nil)
+	if err != nil || len(res.Facts["processes"].([]any)) > 100 || (res.Facts["count"].(int) > 100) != res.Facts["truncated"] {
+		t.Errorf("list with the default limit: %d processes of %v, truncated %v (%v)", len(res.Facts["processes"].([]any)), res.Facts["count"], res.Facts["truncated"], err)
 	}
 	// A busy child tops the CPU ranking: it spins while top samples.
 	busy := exec.Command(os.Args[0], "-test.run=^TestSpin$")
