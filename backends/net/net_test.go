@@ -15,6 +15,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
 	"github.com/gridfleet/terraform-provider-grid/backends"
@@ -390,5 +391,31 @@ func TestInterfaces(t *testing.T) {
 	}
 	if lo == nil || lo["up"] != true || lo["mtu"].(int) <= 0 || !slices.Contains(lo["addresses"].([]string), "127.0.0.1/8") {
 		t.Errorf("loopback: %v\n%s", lo, res.Output)
+	}
+}
+
+// A cancelled ICMP ping returns at once, between probes or waiting for a
+// reply, with the cancellation as its error.
+func TestICMPPingCancel(t *testing.T) {
+	r := backends.NewRegistry().MustRegister(New(Options{}))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		// Ten probes take about two seconds (probeGap apart).
+		_, err := r.Run(ctx, "net", &backends.Request{Action: "ping", Params: api.Params{"host": "127.0.0.1", "count": "10"}})
+		done <- err
+	}()
+	time.Sleep(300 * time.Millisecond)
+	cancel()
+	select {
+	case err := <-done:
+		if errors.Is(err, ErrICMPNotPermitted) {
+			t.Skipf("this host allows no ICMP socket: %v", err)
+		}
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("cancelled ping: %v, want context.Canceled", err)
+		}
+	case <-time.After(time.Second):
+		t.Fatal("ping still running a second after cancellation")
 	}
 }
