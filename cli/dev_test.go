@@ -194,6 +194,23 @@ func TestDevFleetEndToEnd(t *testing.T) {
 		t.Fatalf("job list: code %d out %q", code, out)
 	}
 
+	// grid dev's agents offer the read-only backends, and run them: a
+	// passing health check completes, a failing one fails the job.
+	code, out, errOut = runCLI(t, "backends")
+	for _, b := range []string{"health", "cert", "proc", "dns", "journald"} {
+		if code != ExitOK || !strings.Contains(out, b) {
+			t.Errorf("grid backends on grid dev lacks %s: code %d out %q err %q", b, code, out, errOut)
+		}
+	}
+	code, out, errOut = runCLI(t, "job", "run", "--target", "node:node-1", "health", "memory", "--max_used_pct", "100", "--wait")
+	if code != ExitOK || !strings.Contains(out, "completed") {
+		t.Errorf("health.memory on grid dev: code %d out %q err %q", code, out, errOut)
+	}
+	code, out, errOut = runCLI(t, "job", "run", "--target", "node:node-1", "proc", "count", "--name", "no-such-process", "--wait")
+	if code != ExitFailed || !strings.Contains(out, "0 processes match name no-such-process") {
+		t.Errorf("a failing proc.count on grid dev: code %d out %q err %q", code, out, errOut)
+	}
+
 	// The attack: apt install from grid dev must not touch the host.
 	code, out, errOut = runCLI(t, "job", "run", "--target", "node:node-1", "apt", "install", "--package", "cowsay", "--wait")
 	if code != ExitOK || !strings.Contains(out, "check mode only") {

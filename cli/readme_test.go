@@ -6,12 +6,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"reflect"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -740,4 +746,113 @@ func checkInlineCommand(words []string) error {
 		}
 	}
 	return nil
+}
+
+// The README's health gates run: each health.http task of its jobs, with
+// its own params, passes against a server that answers as the task
+// expects and fails, after its retries, against one that does not. Only
+// the URL's host:port is moved to the test's server (and retry_delay
+// shortened for the failing run), since nothing listens on the address a
+// README example names.
+func TestReadmeHealthGatesRun(t *testing.T) {
+	reg, err := builtin.New(builtin.Options{Sandbox: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ran int
+	for _, b := range readmeBlocks(t) {
+		if b.lang != "yaml" {
+			continue
+		}
+		spec, err := api.ParseJobSpec([]byte(strings.Join(b.lines, "\n")))
+		if err != nil || len(spec.Tasks) == 0 {
+			continue
+		}
+		for _, s := range api.Flatten(spec.Job().Tasks) {
+			if s.Task.Backend != "health" || s.Task.Action != "http" {
+				continue
+			}
+			ran++
+			u, err := url.Parse(s.Task.Params["url"])
+			if err != nil {
+				t.Fatalf("%s:%d: url: %v", readmeFile, b.line, err)
+			}
+			want, _ := strconv.Atoi(s.Task.Params["status"])
+			if want == 0 {
+				want = http.StatusOK
+			}
+			for _, healthy := range []bool{true, false} {
+				var hits atomic.Int32
+				srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					hits.Add(1)
+					if !healthy || r.URL.Path != u.Path {
+						w.WriteHeader(http.StatusServiceUnavailable)
+						return
+					}
+					w.WriteHeader(want)
+				}))
+				p := maps.Clone(s.Task.Params)
+				moved := *u
+				moved.Host = strings.TrimPrefix(srv.URL, "http://")
+				p["url"] = moved.String()
+				if !healthy {
+					p["retry_delay"] = "1ms"
+				}
+				res, err := reg.Run(context.Background(), "health", &backends.Request{Action: "http", Params: p})
+				srv.Close()
+				retries, _ := strconv.Atoi(p["retries"])
+				switch {
+				case healthy && err != nil:
+					t.Errorf("%s:%d: health.http against a healthy server: %v", readmeFile, b.line, err)
+				case !healthy && err == nil:
+					t.Errorf("%s:%d: health.http against a failing server passed", readmeFile, b.line)
+				case !healthy && int(hits.Load()) != retries+1:
+					t.Errorf("%s:%d: %d requests to a failing server, want %d (retries %d): %v", readmeFile, b.line, hits.Load(), retries+1, retries, res.Facts)
+				}
+			}
+		}
+	}
+	if ran == 0 {
+		t.Errorf("the README's jobs have no health.http gate")
+	}
+}
+
+// The README's table of read-only actions ("Looking at a host") has a row
+// for every action of the backends that look at a host, and names no
+// action that does not exist.
+func TestReadmeLookTable(t *testing.T) {
+	data, err := os.ReadFile(readmePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(data), "\n### Looking at a host\n")
+	if !ok {
+		t.Fatalf("%s has no section \"Looking at a host\"", readmeFile)
+	}
+	section, _, _ := strings.Cut(rest, "\n#")
+	rows := map[string]bool{}
+	for _, m := range regexp.MustCompile("(?m)^\\| `([a-z]+\\.[a-z_]+)` \\|").FindAllStringSubmatch(section, -1) {
+		rows[m[1]] = true
+	}
+	cat := builtinCatalog(t)
+	want := map[string]bool{}
+	for _, b := range cat.Backends {
+		for _, a := range b.Actions {
+			name := b.Name + "." + a.Name
+			switch b.Name {
+			case "health", "cert", "proc", "dns", "journald":
+				want[name] = true
+			}
+			if rows[name] {
+				delete(rows, name)
+				delete(want, name)
+			}
+		}
+	}
+	for name := range want {
+		t.Errorf("%s: the table of \"Looking at a host\" has no row for %s", readmeFile, name)
+	}
+	for name := range rows {
+		t.Errorf("%s: the table of \"Looking at a host\" names %s, which no built-in backend offers", readmeFile, name)
+	}
 }

@@ -193,6 +193,7 @@ func (p *gridProvider) DataSources(_ context.Context) []func() datasource.DataSo
 		NewNodeDataSource,
 		NewBackendsDataSource,
 		NewJobDataSource,
+		NewFactsDataSource,
 	}
 }
 

@@ -7,10 +7,15 @@ import (
 
 	"github.com/gridfleet/terraform-provider-grid/backends"
 	"github.com/gridfleet/terraform-provider-grid/backends/apt"
+	"github.com/gridfleet/terraform-provider-grid/backends/cert"
+	"github.com/gridfleet/terraform-provider-grid/backends/dns"
 	execbackend "github.com/gridfleet/terraform-provider-grid/backends/exec"
 	"github.com/gridfleet/terraform-provider-grid/backends/file"
+	"github.com/gridfleet/terraform-provider-grid/backends/health"
+	"github.com/gridfleet/terraform-provider-grid/backends/journald"
 	netbackend "github.com/gridfleet/terraform-provider-grid/backends/net"
 	"github.com/gridfleet/terraform-provider-grid/backends/ping"
+	procbackend "github.com/gridfleet/terraform-provider-grid/backends/proc"
 	"github.com/gridfleet/terraform-provider-grid/backends/sysinfo"
 	"github.com/gridfleet/terraform-provider-grid/backends/systemd"
 	"github.com/gridfleet/terraform-provider-grid/backends/testbackend"
@@ -37,7 +42,8 @@ type Options struct {
 	// backend is not offered.
 	Programs map[string]ProgramSpec
 	// Binary paths, for hosts where they are not on PATH (and tests);
-	// empty means look up the usual name.
+	// empty means look up the usual name, except PingPath: empty, net.ping
+	// sends ICMP echo requests itself and needs no ping binary.
 	SystemctlPath, AptGetPath, DpkgQueryPath, PingPath string
 }
 
@@ -67,6 +73,11 @@ func New(opts Options) (*backends.Registry, error) {
 		apt.New(apt.Options{AptGetPath: opts.AptGetPath, DpkgQueryPath: opts.DpkgQueryPath}),
 		systemd.New(systemd.Options{SystemctlPath: opts.SystemctlPath}),
 		netbackend.New(netbackend.Options{PingPath: opts.PingPath, ResolvConfPath: resolv}),
+		health.New(health.Options{SystemctlPath: opts.SystemctlPath}),
+		cert.New(),
+		procbackend.New(procbackend.Options{}),
+		dns.New(),
+		journald.New(journald.Options{}),
 	}
 	// An exec backend without programs could run nothing; leaving it out
 	// keeps it off the node's advertised schemas.

@@ -19,9 +19,9 @@ func TestNew(t *testing.T) {
 		opts Options
 		want []string
 	}{
-		{"defaults", Options{}, []string{"apt", "file", "net", "ping", "sysinfo", "systemd", "test"}},
+		{"defaults", Options{}, []string{"apt", "cert", "dns", "file", "health", "journald", "net", "ping", "proc", "sysinfo", "systemd", "test"}},
 		{"with programs", Options{Programs: map[string]ProgramSpec{"tool": {Path: "/bin/true"}}},
-			[]string{"apt", "exec", "file", "net", "ping", "sysinfo", "systemd", "test"}},
+			[]string{"apt", "cert", "dns", "exec", "file", "health", "journald", "net", "ping", "proc", "sysinfo", "systemd", "test"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r, err := New(tc.opts)
@@ -81,9 +81,9 @@ func TestDangerousActionsOffByDefault(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"apt.remove", "apt.upgrade", "net.dns_set", "systemd.disable", "systemd.stop"}
+	want := []string{"apt.remove", "apt.upgrade", "net.dns_set", "proc.signal", "systemd.disable", "systemd.stop"}
 	var got []string
-	for _, name := range []string{"apt", "file", "net", "ping", "sysinfo", "systemd", "test"} {
+	for _, name := range []string{"apt", "file", "net", "ping", "proc", "sysinfo", "systemd", "test"} {
 		b, _ := r.Get(name)
 		for _, a := range b.Schema().Actions {
 			if a.Dangerous {
@@ -97,7 +97,7 @@ func TestDangerousActionsOffByDefault(t *testing.T) {
 	}
 	ctx := context.Background()
 	for _, tc := range []struct{ backend, action string }{
-		{"apt", "remove"}, {"apt", "upgrade"}, {"systemd", "stop"}, {"systemd", "disable"}, {"net", "dns_set"},
+		{"apt", "remove"}, {"apt", "upgrade"}, {"systemd", "stop"}, {"systemd", "disable"}, {"net", "dns_set"}, {"proc", "signal"},
 	} {
 		params := api.Params{"package": "cowsay", "unit": "sshd", "servers": "192.0.2.1"}
 		b, _ := r.Get(tc.backend)

@@ -1,5 +1,5 @@
-// Package net is the net backend: ping a host with the system's ping
-// binary (argv, never a shell), and read or set the DNS resolver
+// Package net is the net backend: ping a host with ICMP sockets of the
+// agent's own (no ping program), and read or set the DNS resolver
 // configuration in a resolv.conf file, written atomically.
 package net
 
@@ -12,7 +12,6 @@ import (
 	"io/fs"
 	stdnet "net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -23,6 +22,7 @@ import (
 	"github.com/gridfleet/terraform-provider-grid/backends"
 	"github.com/gridfleet/terraform-provider-grid/backends/internal/atomicfile"
 	"github.com/gridfleet/terraform-provider-grid/backends/internal/proc"
+	"github.com/gridfleet/terraform-provider-grid/backends/internal/procfs"
 )
 
 // Patterns. A host is a DNS name (labels of letters, digits and inner
@@ -41,37 +41,50 @@ const DefaultResolvConf = "/etc/resolv.conf"
 
 // Options configure the backend.
 type Options struct {
-	// PingPath is the ping binary; default: "ping" from PATH.
+	// PingPath, when set, is a ping binary that ping runs (argv, never a
+	// shell) instead of sending ICMP echo requests itself.
 	PingPath string
 	// ResolvConfPath is the file dns_get reads and dns_set writes.
 	ResolvConfPath string
+	// ProcRoot is where procfs is mounted; default /proc.
+	ProcRoot string
 }
 
 // Backend is the net backend.
 type Backend struct {
-	ping, resolvConf string
+	ping, resolvConf, procRoot string
 }
 
 // New returns the net backend.
 func New(opts Options) *Backend {
-	b := &Backend{ping: opts.PingPath, resolvConf: opts.ResolvConfPath}
+	b := &Backend{ping: opts.PingPath, resolvConf: opts.ResolvConfPath, procRoot: opts.ProcRoot}
 	if b.resolvConf == "" {
 		b.resolvConf = DefaultResolvConf
+	}
+	if b.procRoot == "" {
+		b.procRoot = procfs.Root
 	}
 	return b
 }
 
-// Schema declares ping, dns_get and dns_set.
+// Schema declares ping, port, interfaces, dns_get and dns_set.
 func (*Backend) Schema() api.BackendSchema {
 	return api.BackendSchema{
 		Name:        "net",
 		Description: "Network checks and resolver configuration.",
 		Actions: []api.ActionSchema{
-			{Name: "ping", Description: "Send ICMP echo requests with the ping binary; fails when no reply comes back.",
+			{Name: "ping", Description: "Send ICMP echo requests from the agent (an unprivileged ICMP socket, else a raw one); fails when no reply comes back.",
 				ReadOnly: true, Idempotent: true, CheckMode: true, Params: []api.ParamSchema{
 					{Name: "host", Type: api.TypeString, Required: true, Pattern: HostPattern, Description: "Host name or IP address."},
 					{Name: "count", Type: api.TypeInt, Default: "3", Pattern: `^([1-9]|10)$`, Description: "Echo requests to send (1-10)."},
 				}},
+			{Name: "port", Description: "Sockets listening (TCP) or bound (UDP) on the node, with their process, from /proc/net; with port, fails when nothing listens on it.",
+				ReadOnly: true, Idempotent: true, CheckMode: true, Params: []api.ParamSchema{
+					{Name: "port", Type: api.TypeInt, Pattern: `^([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])$`, Description: "Port (1-65535); every listener when omitted."},
+					{Name: "protocol", Type: api.TypeString, Default: "tcp", Enum: []string{"tcp", "udp"}, Description: "tcp or udp."},
+				}},
+			{Name: "interfaces", Description: "Network interfaces: addresses, MTU, MAC, flags and operational state.",
+				ReadOnly: true, Idempotent: true, CheckMode: true},
 			{Name: "dns_get", Description: "Read the resolver configuration: nameservers, search domains, options.",
 				ReadOnly: true, Idempotent: true, CheckMode: true},
 			{Name: "dns_set", Description: "Set nameservers and search domains (the file then holds exactly these; options lines are kept). No change when they already match.",
@@ -88,6 +101,10 @@ func (b *Backend) Run(ctx context.Context, req *backends.Request) (*backends.Res
 	switch req.Action {
 	case "ping":
 		return b.pingHost(ctx, req.Params["host"], req.Params["count"])
+	case "port":
+		return b.ports(req.Params["protocol"], req.Params["port"])
+	case "interfaces":
+		return interfaces()
 	case "dns_get":
 		conf, err := ReadResolvConf(b.resolvConf)
 		if err != nil {
@@ -112,14 +129,11 @@ func (b *Backend) pingHost(ctx context.Context, host, count string) (*backends.R
 	if n, err := strconv.Atoi(count); err != nil || n < 1 || n > 10 {
 		return nil, fmt.Errorf("ping: count %q is not between 1 and 10", count)
 	}
-	bin := b.ping
-	if bin == "" {
-		p, err := exec.LookPath("ping")
-		if err != nil {
-			return nil, fmt.Errorf("ping: no ping binary on this node (install iputils-ping, or configure its path): %w", err)
-		}
-		bin = p
+	n, _ := strconv.Atoi(count)
+	if b.ping == "" {
+		return icmpPing(ctx, host, n)
 	}
+	bin := b.ping
 	// -n: no reverse lookups, which can take longer than the pings.
 	// -W 2: wait at most two seconds for each reply.
 	out, err := proc.Run(ctx, proc.Cmd{Path: bin, Args: []string{"-n", "-c", count, "-W", "2", "--", host}})

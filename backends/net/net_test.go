@@ -4,11 +4,18 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	stdnet "net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
 	"github.com/gridfleet/terraform-provider-grid/backends"
@@ -100,12 +107,93 @@ func TestPing(t *testing.T) {
 	}
 }
 
-func TestPingMissingBinary(t *testing.T) {
-	t.Setenv("PATH", t.TempDir())
-	b := New(Options{})
-	_, err := b.Run(context.Background(), &backends.Request{Action: "ping", Params: api.Params{"host": "example.org", "count": "1"}})
-	if err == nil || !strings.Contains(err.Error(), "no ping binary") {
-		t.Errorf("err = %v, want a clear message", err)
+// With no ping binary configured, ping sends its own echo requests: to
+// the loopback addresses they are answered, or, where the kernel allows
+// the agent neither ICMP socket kind, the error says why.
+func TestICMPPing(t *testing.T) {
+	t.Setenv("PATH", t.TempDir()) // no ping(8) to fall back on
+	r := backends.NewRegistry().MustRegister(New(Options{}))
+	for _, host := range []string{"127.0.0.1", "localhost", "::1"} {
+		t.Run(host, func(t *testing.T) {
+			res, err := r.Run(context.Background(), "net", &backends.Request{Action: "ping", Params: api.Params{"host": host, "count": "3"}})
+			if errors.Is(err, ErrICMPNotPermitted) {
+				if !strings.Contains(err.Error(), "ping_group_range") || !strings.Contains(err.Error(), "CAP_NET_RAW") {
+					t.Errorf("the error does not say what to change: %v", err)
+				}
+				t.Skipf("this host allows no ICMP socket: %v", err)
+			}
+			if host == "::1" && err != nil && strings.Contains(err.Error(), "address") {
+				t.Skipf("no IPv6 loopback: %v", err)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := res.Facts
+			if f["transmitted"] != 3 || f["received"] != 3 || f["loss_pct"] != 0.0 || res.Changed {
+				t.Errorf("facts %v", f)
+			}
+			if m := f["method"]; m != "icmp-datagram" && m != "icmp-raw" {
+				t.Errorf("method %v", m)
+			}
+			if lo, hi := f["rtt_min_ms"].(float64), f["rtt_max_ms"].(float64); lo <= 0 || hi < lo {
+				t.Errorf("rtt %v..%v", lo, hi)
+			}
+			t.Logf("%s: %s via %s", host, res.Output, f["method"])
+		})
+	}
+}
+
+// An agent the kernel allows no ICMP socket gets an error that says what
+// to change: the test runs itself again as nobody (without CAP_NET_RAW),
+// on a kernel whose ping_group_range leaves nobody's group out.
+func TestICMPNotPermitted(t *testing.T) {
+	if os.Getenv("NET_TEST_ICMP_CHILD") == "1" {
+		_, err := New(Options{}).Run(context.Background(), &backends.Request{Action: "ping", Params: api.Params{"host": "127.0.0.1", "count": "1"}})
+		if !errors.Is(err, ErrICMPNotPermitted) || !strings.Contains(err.Error(), "ping_group_range") || !strings.Contains(err.Error(), "CAP_NET_RAW") {
+			t.Fatalf("as nobody: %v", err)
+		}
+		return
+	}
+	if os.Getuid() != 0 {
+		t.Skip("needs root to run a child as nobody")
+	}
+	const nobody = 65534
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ping_group_range"); err == nil {
+		var lo, hi int
+		if _, err := fmt.Sscan(string(b), &lo, &hi); err == nil && lo <= nobody && nobody <= hi {
+			t.Skipf("this kernel lets group %d open ICMP sockets (ping_group_range %s)", nobody, strings.TrimSpace(string(b)))
+		}
+	}
+	// The test binary must be reachable by nobody.
+	bin := filepath.Join(t.TempDir(), "net.test")
+	data, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// Only the test's own directories are opened up, never the temp root
+	// or anything above it.
+	if st, err := os.Stat(os.TempDir()); err != nil || st.Mode().Perm()&0o001 == 0 {
+		t.Skipf("%s is closed to other users", os.TempDir())
+	}
+	for d := filepath.Dir(bin); strings.HasPrefix(d, filepath.Clean(os.TempDir())+"/"); d = filepath.Dir(d) {
+		if st, err := os.Stat(d); err == nil && st.Mode().Perm()&0o001 == 0 {
+			if err := os.Chmod(d, st.Mode().Perm()|0o001); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	cmd := exec.Command(bin, "-test.run=^TestICMPNotPermitted$", "-test.v")
+	cmd.Env = append(os.Environ(), "NET_TEST_ICMP_CHILD=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("as nobody: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "--- PASS: TestICMPNotPermitted") {
+		t.Fatalf("the child did not run the check:\n%s", out)
 	}
 }
 
@@ -205,5 +293,129 @@ func TestDNSSymlink(t *testing.T) {
 	}
 	if c, _ := ReadResolvConf(target); !slices.Equal(c.Servers, []string{"192.0.2.1"}) {
 		t.Errorf("target servers = %v", c.Servers)
+	}
+}
+
+func TestParseSockAddr(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		addr string
+		port int
+	}{
+		{"0100007F:1F90", "127.0.0.1", 8080},
+		{"00000000:0016", "0.0.0.0", 22},
+		{"00000000000000000000000001000000:0050", "::1", 80},
+		{"0000000000000000FFFF00000100007F:0016", "127.0.0.1", 22},
+		{"B80D0120000000000000000001000000:01BB", "2001:db8::1", 443},
+	} {
+		a, p, err := parseSockAddr(tc.in)
+		if err != nil || a.String() != tc.addr || p != tc.port {
+			t.Errorf("%s: %v %d %v, want %s %d", tc.in, a, p, err, tc.addr, tc.port)
+		}
+	}
+	for _, bad := range []string{"", "0100007F", "0100007:1F90", "zz00007F:1F90", "0100007F:xyz"} {
+		if _, _, err := parseSockAddr(bad); err == nil {
+			t.Errorf("%q parsed", bad)
+		}
+	}
+}
+
+// The sockets this test opens are found, with this process as their owner.
+func TestPort(t *testing.T) {
+	r := backends.NewRegistry().MustRegister(New(Options{}))
+	port := func(p api.Params) (*backends.Result, error) {
+		return r.Run(context.Background(), "net", &backends.Request{Action: "port", Params: p, CheckMode: true})
+	}
+	tcp, err := stdnet.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tcp.Close()
+	udp, err := stdnet.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer udp.Close()
+	self, _ := os.ReadFile("/proc/self/comm")
+	for _, tc := range []struct {
+		proto string
+		port  int
+	}{
+		{"tcp", tcp.Addr().(*stdnet.TCPAddr).Port},
+		{"udp", udp.LocalAddr().(*stdnet.UDPAddr).Port},
+	} {
+		res, err := port(api.Params{"port": strconv.Itoa(tc.port), "protocol": tc.proto})
+		if err != nil {
+			t.Fatalf("%s %d: %v", tc.proto, tc.port, err)
+		}
+		ls := res.Facts["listeners"].([]any)
+		if len(ls) != 1 || res.Facts["listening"] != true {
+			t.Fatalf("%s %d: %v", tc.proto, tc.port, res.Facts)
+		}
+		l := ls[0].(map[string]any)
+		if l["address"] != "127.0.0.1" || l["pid"] != os.Getpid() || l["process"] != strings.TrimSpace(string(self)) || l["uid"] != os.Getuid() {
+			t.Errorf("%s %d: listener %v", tc.proto, tc.port, l)
+		}
+	}
+	// Every listener, ours among them.
+	res, err := port(api.Params{})
+	if err != nil || !strings.Contains(res.Output, fmt.Sprintf("127.0.0.1:%d", tcp.Addr().(*stdnet.TCPAddr).Port)) {
+		t.Errorf("all listeners: %v\n%s", err, res.Output)
+	}
+	// A port closed again listens no more.
+	gone, _ := stdnet.Listen("tcp", "127.0.0.1:0")
+	gonePort := gone.Addr().(*stdnet.TCPAddr).Port
+	gone.Close()
+	res, err = port(api.Params{"port": strconv.Itoa(gonePort)})
+	if err == nil || res.Facts["listening"] != false {
+		t.Errorf("closed port %d: %v %v", gonePort, res.Facts, err)
+	}
+	for _, bad := range []string{"0", "65536", "-1"} {
+		if _, err := port(api.Params{"port": bad}); !errors.Is(err, backends.ErrInvalidParams) {
+			t.Errorf("port %s: %v", bad, err)
+		}
+	}
+}
+
+func TestInterfaces(t *testing.T) {
+	r := backends.NewRegistry().MustRegister(New(Options{}))
+	res, err := r.Run(context.Background(), "net", &backends.Request{Action: "interfaces", CheckMode: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lo map[string]any
+	for _, i := range res.Facts["interfaces"].([]any) {
+		if m := i.(map[string]any); m["loopback"] == true {
+			lo = m
+		}
+	}
+	if lo == nil || lo["up"] != true || lo["mtu"].(int) <= 0 || !slices.Contains(lo["addresses"].([]string), "127.0.0.1/8") {
+		t.Errorf("loopback: %v\n%s", lo, res.Output)
+	}
+}
+
+// A cancelled ICMP ping returns at once, between probes or waiting for a
+// reply, with the cancellation as its error.
+func TestICMPPingCancel(t *testing.T) {
+	r := backends.NewRegistry().MustRegister(New(Options{}))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		// Ten probes take about two seconds (probeGap apart).
+		_, err := r.Run(ctx, "net", &backends.Request{Action: "ping", Params: api.Params{"host": "127.0.0.1", "count": "10"}})
+		done <- err
+	}()
+	time.Sleep(300 * time.Millisecond)
+	cancel()
+	select {
+	case err := <-done:
+		if errors.Is(err, ErrICMPNotPermitted) {
+			t.Skipf("this host allows no ICMP socket: %v", err)
+		}
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("cancelled ping: %v, want context.Canceled", err)
+		}
+	case <-time.After(time.Second):
+		t.Fatal("ping still running a second after cancellation")
 	}
 }

@@ -39,6 +39,7 @@ func (*Backend) Schema() api.BackendSchema {
 			q("disk", "Size, free and available bytes and inodes of the filesystem holding path.", path),
 			q("memory", "Memory and swap from /proc/meminfo, in bytes."),
 			q("load", "Load averages and process counts from /proc/loadavg."),
+			q("cpu", "CPU model, logical CPUs, cores and sockets from /proc/cpuinfo; time spent per mode since boot from /proc/stat."),
 			q("status", "All of the above (disk of /)."),
 		},
 	}
@@ -87,6 +88,8 @@ func query(action, path string) (map[string]any, string, error) {
 		return memory("/proc/meminfo")
 	case "load":
 		return load("/proc/loadavg")
+	case "cpu":
+		return cpu("/proc/cpuinfo", "/proc/stat")
 	}
 	return nil, "", fmt.Errorf("%w %q", backends.ErrUnknownAction, action)
 }
@@ -239,6 +242,88 @@ func load(path string) (map[string]any, string, error) {
 	return facts, fmt.Sprintf("load %.2f %.2f %.2f", avg[0], avg[1], avg[2]), nil
 }
 
+// cpu reads the processors of cpuinfo (x86 and arm name the model
+// differently) and the aggregate "cpu" line of stat.
+func cpu(cpuinfo, stat string) (map[string]any, string, error) {
+	file, err := os.Open(cpuinfo)
+	if err != nil {
+		return nil, "", fmt.Errorf("cpu: %w", err)
+	}
+	defer file.Close()
+	var logical int
+	model, vendor, mhz := "", "", 0.0
+	sockets, cores := map[string]bool{}, map[string]bool{}
+	physical := ""
+	sc := bufio.NewScanner(file)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if !ok {
+			continue
+		}
+		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
+		switch k {
+		case "processor":
+			logical++
+		case "model name", "Model", "cpu model":
+			if model == "" {
+				model = v
+			}
+		case "vendor_id", "CPU implementer":
+			if vendor == "" {
+				vendor = v
+			}
+		case "cpu MHz":
+			if mhz == 0 {
+				mhz, _ = strconv.ParseFloat(v, 64)
+			}
+		case "physical id":
+			physical = v
+			sockets[v] = true
+		case "core id":
+			cores[physical+"/"+v] = true
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, "", fmt.Errorf("cpu: %w", err)
+	}
+	if logical == 0 {
+		return nil, "", fmt.Errorf("cpu: no processor in %s", cpuinfo)
+	}
+	facts := map[string]any{"logical": logical, "model": model, "vendor": vendor, "mhz": round1(mhz),
+		"sockets": len(sockets), "cores": len(cores)}
+	// Machines whose cpuinfo names no topology (most arm ones) count
+	// every processor as a core.
+	if len(cores) == 0 {
+		facts["cores"] = logical
+	}
+	b, err := os.ReadFile(stat)
+	if err != nil {
+		return nil, "", fmt.Errorf("cpu: %w", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 6 || f[0] != "cpu" {
+			continue
+		}
+		// user nice system idle iowait irq softirq steal, in clock ticks.
+		var ticks [8]float64
+		total := 0.0
+		for i := range ticks {
+			if i+1 < len(f) {
+				ticks[i], _ = strconv.ParseFloat(f[i+1], 64)
+				total += ticks[i]
+			}
+		}
+		if total > 0 {
+			pct := func(v float64) float64 { return round1(v * 100 / total) }
+			facts["since_boot_pct"] = map[string]any{"user": pct(ticks[0] + ticks[1]), "system": pct(ticks[2] + ticks[5] + ticks[6]),
+				"idle": pct(ticks[3]), "iowait": pct(ticks[4]), "steal": pct(ticks[7])}
+		}
+		break
+	}
+	return facts, fmt.Sprintf("cpu: %d logical, %s", logical, model), nil
+}
+
 func round1(f float64) float64 { return float64(int64(f*10+0.5)) / 10 }
 
 func human(b uint64) string {
@@ -253,3 +338,13 @@ func human(b uint64) string {
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(b)/float64(div), "KMGTPE"[exp])
 }
+
+// Disk, Memory and Load are the disk, memory and load queries with their
+// facts, for backends that judge the numbers (health's thresholds).
+func Disk(path string) (map[string]any, string, error) { return disk(path) }
+
+// Memory reads /proc/meminfo; see Disk.
+func Memory() (map[string]any, string, error) { return memory("/proc/meminfo") }
+
+// Load reads /proc/loadavg; see Disk.
+func Load() (map[string]any, string, error) { return load("/proc/loadavg") }

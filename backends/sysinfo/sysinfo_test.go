@@ -3,6 +3,7 @@ package sysinfo
 import (
 	"context"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -65,6 +66,14 @@ func TestQueries(t *testing.T) {
 				t.Errorf("load facts %v", f)
 			}
 		}},
+		{"cpu", nil, func(t *testing.T, f map[string]any) {
+			if n, _ := f["logical"].(int); n < runtime.NumCPU() {
+				t.Errorf("logical %v, the Go runtime sees %d", f["logical"], runtime.NumCPU())
+			}
+			if b, ok := f["since_boot_pct"].(map[string]any); !ok || b["idle"].(float64) < 0 {
+				t.Errorf("cpu facts %v", f)
+			}
+		}},
 		{"status", nil, func(t *testing.T, f map[string]any) {
 			for _, k := range []string{"hostname", "os", "uptime", "load", "memory", "disk"} {
 				if _, ok := f[k].(map[string]any); !ok {
@@ -116,6 +125,23 @@ func TestParsers(t *testing.T) {
 	f, _, err = memory(write("meminfo", "MemTotal:  2048 kB\nMemFree: 512 kB\nMemAvailable: 1024 kB\nSwapTotal: 0 kB\n"))
 	if err != nil || f["total_bytes"] != uint64(2048*1024) || f["available_bytes"] != uint64(1024*1024) || f["used_pct"] != 50.0 {
 		t.Errorf("memory = %v, %v", f, err)
+	}
+	x86 := "processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Xeon X\ncpu MHz\t\t: 2100.004\nphysical id\t: 0\ncore id\t\t: 0\n\n" +
+		"processor\t: 1\nvendor_id\t: GenuineIntel\nmodel name\t: Xeon X\ncpu MHz\t\t: 2100.004\nphysical id\t: 0\ncore id\t\t: 0\n\n" +
+		"processor\t: 2\nvendor_id\t: GenuineIntel\nmodel name\t: Xeon X\nphysical id\t: 1\ncore id\t\t: 0\n\n"
+	stat := write("stat", "cpu  60 10 20 800 50 5 5 50 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\nintr 1\n")
+	f, _, err = cpu(write("cpuinfo", x86), stat)
+	b, _ := f["since_boot_pct"].(map[string]any)
+	if err != nil || f["logical"] != 3 || f["sockets"] != 2 || f["cores"] != 2 || f["model"] != "Xeon X" || f["mhz"] != 2100.0 ||
+		b["user"] != 7.0 || b["system"] != 3.0 || b["idle"] != 80.0 || b["iowait"] != 5.0 || b["steal"] != 5.0 {
+		t.Errorf("cpu x86 = %v, %v", f, err)
+	}
+	f, _, err = cpu(write("cpuinfo-arm", "processor\t: 0\nBogoMIPS\t: 50.00\nCPU implementer\t: 0x41\n\nprocessor\t: 1\nCPU implementer\t: 0x41\n"), stat)
+	if err != nil || f["logical"] != 2 || f["cores"] != 2 || f["sockets"] != 0 || f["vendor"] != "0x41" {
+		t.Errorf("cpu arm = %v, %v", f, err)
+	}
+	if _, _, err := cpu(write("cpuinfo-empty", ""), stat); err == nil {
+		t.Errorf("empty cpuinfo accepted")
 	}
 	f, _, err = load(write("loadavg", "0.50 1.25 2.00 3/456 789\n"))
 	if err != nil || f["load1"] != 0.5 || f["load15"] != 2.0 || f["running"] != 3 || f["processes"] != 456 {

@@ -18,6 +18,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -146,6 +148,57 @@ func TestAptAndSystemdInContainer(t *testing.T) {
 		run(t, c, "systemd", "disable", unit, false)
 	})
 
+	// The read-only backends look at the same host: the unit's state, its
+	// process and its journal, with systemd's own tools and /proc.
+	t.Run("look", func(t *testing.T) {
+		if systemdReason != "" {
+			t.Skip("systemd in a container does not work on this machine: " + systemdReason)
+		}
+		if out, err := dockerExec(ct, "test", "-f", "/usr/share/grid-hello/hello"); err != nil {
+			t.Skipf("%s is not installed (the apt subtest failed): %v %s", pkg, err, out)
+		}
+		unit := pkg + ".service"
+		run(t, c, "systemd", "start", api.Params{"unit": pkg}, true)
+		out, err := dockerExec(ct, "systemctl", "show", "--property=MainPID", "--value", unit)
+		mainPID, _ := strconv.Atoi(strings.TrimSpace(out))
+		if err != nil || mainPID <= 0 {
+			t.Fatalf("MainPID of %s: %q %v", unit, out, err)
+		}
+
+		r := run(t, c, "health", "unit", api.Params{"unit": unit}, false)
+		if r.Facts["active_state"] != "active" || r.Facts["healthy"] != true {
+			t.Errorf("health.unit facts %v", r.Facts)
+		}
+		r = run(t, c, "health", "process", api.Params{"name": "sleep"}, false)
+		if !slices.Contains(ints(r.Facts["pids"]), mainPID) {
+			t.Errorf("health.process sleep: pids %v lack the unit's main pid %d", r.Facts["pids"], mainPID)
+		}
+		r = run(t, c, "proc", "find", api.Params{"pattern": "^/bin/sleep infinity$"}, false)
+		if r.Facts["count"] != float64(1) {
+			t.Errorf("proc.find: %v", r.Facts)
+		}
+		r = run(t, c, "journald", "logs", api.Params{"unit": unit, "lines": "20"}, false)
+		if !strings.Contains(r.Output, "GRID host test service") {
+			t.Errorf("journald.logs of %s lacks systemd's start message:\n%s", unit, r.Output)
+		}
+		r = run(t, c, "journald", "boots", nil, false)
+		if r.Facts["count"].(float64) < 1 {
+			t.Errorf("journald.boots: %v", r.Facts)
+		}
+		r = run(t, c, "journald", "disk_usage", nil, false)
+		if r.Facts["bytes"].(float64) <= 0 {
+			t.Errorf("journald.disk_usage: %v", r.Facts)
+		}
+
+		// Stopped, the unit fails its check: a rollout gate would stop here.
+		run(t, c, "systemd", "stop", api.Params{"unit": pkg}, true)
+		r = runFailing(t, c, "health", "unit", api.Params{"unit": unit})
+		if r.Facts["active_state"] != "inactive" || !strings.Contains(r.Error, "not active") {
+			t.Errorf("health.unit of a stopped unit: %v (%s)", r.Facts, r.Error)
+		}
+		runFailing(t, c, "health", "process", api.Params{"name": "sleep"})
+	})
+
 	t.Run("apt remove", func(t *testing.T) {
 		r := run(t, c, "apt", "remove", api.Params{"package": pkg}, true)
 		if r.Facts["installed"] != false {
@@ -207,6 +260,42 @@ func run(t *testing.T, c *api.Client, backend, action string, params api.Params,
 	}
 	t.Logf("%s.%s %v: changed=%v facts=%v (%s)", backend, action, params, r.Changed, r.Facts, time.Duration(r.Duration))
 	return r
+}
+
+// runFailing submits one action for the container's node and checks that
+// it failed there.
+func runFailing(t *testing.T, c *api.Client, backend, action string, params api.Params) *api.NodeResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	spec := &api.JobSpec{Target: api.Target{Scope: api.ScopeNode, Value: node},
+		Tasks: []api.Phase{{Backend: backend, Action: action, Params: params}}}
+	sub, err := c.SubmitJob(ctx, spec)
+	if err != nil {
+		t.Fatalf("submit %s.%s %v: %v", backend, action, params, err)
+	}
+	j, err := c.WaitJob(ctx, sub.ID)
+	if err != nil {
+		t.Fatalf("wait for %s.%s %v: %v", backend, action, params, err)
+	}
+	r := j.Results.Node(0, node)
+	if r == nil || r.Status != api.StepFailed {
+		t.Fatalf("%s.%s %v: job %s, result %+v; want the step failed", backend, action, params, j.Status, r)
+	}
+	t.Logf("%s.%s %v: failed as expected: %s facts=%v", backend, action, params, r.Error, r.Facts)
+	return r
+}
+
+// ints reads a list of numbers from facts (JSON numbers are float64).
+func ints(v any) []int {
+	var out []int
+	l, _ := v.([]any)
+	for _, x := range l {
+		if f, ok := x.(float64); ok {
+			out = append(out, int(f))
+		}
+	}
+	return out
 }
 
 // ensureImage builds the Debian image with deploy/image/debian-systemd.sh
