@@ -104,6 +104,9 @@ func New(opts Options) *Backend {
 	return b
 }
 
+// Root is the directory releases are unpacked under.
+func (b *Backend) Root() string { return b.root }
+
 // Schema declares the actions.
 func (*Backend) Schema() api.BackendSchema {
 	mode := api.ParamSchema{Name: "mode", Type: api.TypeString, Default: "server", Enum: []string{"server", "agent"},
