@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"os/exec"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
@@ -159,12 +160,12 @@ func (*Backend) Schema() api.BackendSchema {
 				Idempotent: true, CheckMode: true, Dangerous: true, Params: []api.ParamSchema{optName}},
 			{Name: "info", Description: "Report a package: installed version (empty when not installed) and the manager's details.",
 				ReadOnly: true, Idempotent: true, Params: []api.ParamSchema{name}},
-			{Name: "list", Description: "List installed packages with their versions.", ReadOnly: true, Idempotent: true,
+			{Name: "list", Description: "List installed packages with their versions (facts: packages, name to version).", ReadOnly: true, Idempotent: true,
 				Params: []api.ParamSchema{{Name: "filter", Type: api.TypeString, Pattern: FilterPattern,
-					Description: "Only packages whose name contains this; default: all."}}},
-			{Name: "search", Description: "Search the available packages by name and summary.", ReadOnly: true, Idempotent: true,
+					Description: "Only packages whose name contains this; default: all."}, limitParam}},
+			{Name: "search", Description: "Search the available packages by name and summary (facts: packages, name to summary).", ReadOnly: true, Idempotent: true,
 				Params: []api.ParamSchema{{Name: "query", Type: api.TypeString, Required: true, Pattern: FilterPattern,
-					Description: "Word to look for."}}},
+					Description: "Word to look for."}, limitParam}},
 			{Name: "hold", Description: "Hold an installed package at its version so upgrades leave it (apt-mark hold; dnf versionlock, when the plugin is installed).",
 				Idempotent: true, CheckMode: true, Params: []api.ParamSchema{name}},
 			{Name: "unhold", Description: "Release a held package; no change when it is not held.",
@@ -199,44 +200,66 @@ func (b *Backend) Run(ctx context.Context, req *backends.Request) (*backends.Res
 			f["manager"] = b.d.name()
 		}
 		return &backends.Result{Output: out, Facts: f}, err
-	case "list":
-		return b.list(ctx, p["filter"])
-	case "search":
-		return b.search(ctx, p["query"])
+	case "list", "search":
+		limit, err := strconv.Atoi(p["limit"])
+		if err != nil || limit < 1 {
+			// The schema's pattern makes this unreachable through a
+			// Registry; a direct caller gets the default.
+			limit = 500
+		}
+		if req.Action == "list" {
+			return b.list(ctx, p["filter"], limit)
+		}
+		return b.search(ctx, p["query"], limit)
 	}
 	return b.hold(ctx, req, p["name"], req.Action == "hold")
 }
 
-func (b *Backend) list(ctx context.Context, filter string) (*backends.Result, error) {
+// limitParam bounds what list and search return: a host has thousands of
+// packages, and a task's output and facts are each cut at the agent's
+// max_output_bytes (64 KiB by default), which would drop the facts whole.
+var limitParam = api.ParamSchema{Name: "limit", Type: api.TypeInt, Default: "500", Pattern: `^[1-9][0-9]{0,4}$`,
+	Description: "Return at most this many packages (1-99999; the facts say when more matched)."}
+
+func (b *Backend) list(ctx context.Context, filter string, limit int) (*backends.Result, error) {
 	all, err := b.d.list(ctx)
 	if err != nil {
 		return nil, err
 	}
 	var sb strings.Builder
-	pkgs := []map[string]any{}
+	pkgs := map[string]any{}
+	matched := 0
 	for _, p := range all {
 		if filter != "" && !strings.Contains(p.Name, filter) {
 			continue
 		}
+		if matched++; matched > limit {
+			continue
+		}
 		fmt.Fprintf(&sb, "%s %s\n", p.Name, p.Version)
-		pkgs = append(pkgs, map[string]any{"name": p.Name, "version": p.Version})
+		pkgs[p.Name] = p.Version
 	}
-	return &backends.Result{Output: sb.String(), Facts: map[string]any{"manager": b.d.name(), "packages": pkgs, "count": len(pkgs)}}, nil
+	return &backends.Result{Output: sb.String(), Facts: map[string]any{"manager": b.d.name(), "packages": pkgs,
+		"count": matched, "truncated": matched > limit}}, nil
 }
 
-func (b *Backend) search(ctx context.Context, query string) (*backends.Result, error) {
+func (b *Backend) search(ctx context.Context, query string, limit int) (*backends.Result, error) {
 	hits, err := b.d.search(ctx, query)
 	if err != nil {
 		return nil, err
 	}
 	sort.Slice(hits, func(i, j int) bool { return hits[i].Name < hits[j].Name })
 	var sb strings.Builder
-	found := []map[string]any{}
-	for _, h := range hits {
+	found := map[string]any{}
+	for i, h := range hits {
+		if i == limit {
+			break
+		}
 		fmt.Fprintf(&sb, "%s - %s\n", h.Name, h.Summary)
-		found = append(found, map[string]any{"name": h.Name, "summary": h.Summary})
+		found[h.Name] = h.Summary
 	}
-	return &backends.Result{Output: sb.String(), Facts: map[string]any{"manager": b.d.name(), "packages": found, "count": len(found)}}, nil
+	return &backends.Result{Output: sb.String(), Facts: map[string]any{"manager": b.d.name(), "packages": found,
+		"count": len(hits), "truncated": len(hits) > limit}}, nil
 }
 
 // hold reads the held set first, so holding a held package (or releasing

@@ -182,6 +182,9 @@ func TestSchemaPatterns(t *testing.T) {
 		{"list", api.Params{"filter": "--all"}, false},
 		{"search", api.Params{"query": "*"}, false},
 		{"upgrade", api.Params{}, true},
+		{"list", api.Params{"limit": "0"}, false},
+		{"list", api.Params{"limit": "100000"}, false},
+		{"search", api.Params{"query": "lib", "limit": "20"}, true},
 	} {
 		_, err := r.Prepare("package", &backends.Request{Action: tc.action, Params: tc.params})
 		if (err == nil) != tc.ok {
@@ -292,9 +295,9 @@ func TestDnf(t *testing.T) {
 		{action: "install", params: pin1, changed: true, version: "1.0.0-1"},
 		{action: "install", params: pin1, changed: false, version: "1.0.0-1"},
 		{action: "install", params: api.Params{"name": "gridtest-hello", "version": "9.9"}, check: true, errIs: errAny},
-		{action: "list", params: api.Params{"filter": "gridtest"}, facts: map[string]any{"count": 1, "packages": []map[string]any{{"name": "gridtest-hello", "version": "1.0.0-1"}}}},
+		{action: "list", params: api.Params{"filter": "gridtest"}, facts: map[string]any{"count": 1, "truncated": false, "packages": map[string]any{"gridtest-hello": "1.0.0-1"}}},
 		{action: "list", params: api.Params{"filter": "nothing-like-it"}, facts: map[string]any{"count": 0}},
-		{action: "search", params: api.Params{"query": "hello"}, facts: map[string]any{"count": 1, "packages": []map[string]any{{"name": "gridtest-hello", "summary": "GRID package backend test package"}}}},
+		{action: "search", params: api.Params{"query": "hello"}, facts: map[string]any{"count": 1, "packages": map[string]any{"gridtest-hello": "GRID package backend test package"}}},
 		{action: "hold", params: hello, check: true, changed: true, facts: map[string]any{"held": true}},
 		{action: "hold", params: hello, changed: true, facts: map[string]any{"held": true}},
 		{action: "hold", params: hello, changed: false, facts: map[string]any{"held": true}},
@@ -370,10 +373,18 @@ func TestAptReadOnly(t *testing.T) {
 	if !strings.Contains(res.Output, "dpkg "+v+"\n") {
 		t.Errorf("list dpkg: %q lacks dpkg %s", res.Output, v)
 	}
-	for _, p := range res.Facts["packages"].([]map[string]any) {
-		if !strings.Contains(p["name"].(string), "dpkg") {
-			t.Errorf("list filter dpkg returned %v", p)
+	for name := range res.Facts["packages"].(map[string]any) {
+		if !strings.Contains(name, "dpkg") {
+			t.Errorf("list filter dpkg returned %s", name)
 		}
+	}
+	// Everything installed, cut at the limit.
+	res = runApt("list", api.Params{"limit": "3"}, false)
+	if n := len(res.Facts["packages"].(map[string]any)); n != 3 || res.Facts["truncated"] != true || res.Facts["count"].(int) <= 3 {
+		t.Errorf("list limit 3: %d packages, facts count %v truncated %v", n, res.Facts["count"], res.Facts["truncated"])
+	}
+	if lines := strings.Count(res.Output, "\n"); lines != 3 {
+		t.Errorf("list limit 3: %d lines of output", lines)
 	}
 	if res := runApt("hold", dpkg, true); !res.Changed || res.Facts["held"] != true {
 		t.Errorf("hold check mode: changed %v facts %v", res.Changed, res.Facts)
