@@ -425,7 +425,14 @@ func TestArtifactURLConfig(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "404") {
 		t.Errorf("release missing on the mirror: %v", err)
 	}
-	if got := b.artifact("v1.2.3+rke2r1", "x.txt"); got != m.URL+"/mirror/v1.2.3%2Brke2r1/x.txt" {
-		t.Errorf("artifact URL %s", got)
+	for base, want := range map[string]string{
+		m.URL + "/mirror":                           m.URL + "/mirror/v1.2.3%2Brke2r1/x.txt",
+		"https://m.example":                         "https://m.example/v1.2.3%2Brke2r1/x.txt",
+		"https://m.example/":                        "https://m.example/v1.2.3%2Brke2r1/x.txt",
+		"https://m.example/a%20b/releases/download": "https://m.example/a%20b/releases/download/v1.2.3%2Brke2r1/x.txt",
+	} {
+		if got := New(Options{ArtifactURL: base}).artifact("v1.2.3+rke2r1", "x.txt"); got != want {
+			t.Errorf("artifact URL under %s: %s, want %s", base, got, want)
+		}
 	}
 }
