@@ -28,6 +28,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
 	"github.com/gridfleet/terraform-provider-grid/backends"
@@ -72,6 +73,9 @@ type Backend struct {
 	systemctl string
 	units     *systemd.Backend
 	client    *http.Client
+	// mu serializes install and uninstall: two at once on one node would
+	// interleave their files and records.
+	mu sync.Mutex
 }
 
 // New returns the backend. A malformed ArtifactURL is reported by install,
@@ -162,8 +166,12 @@ func (b *Backend) Installed() (*Manifest, error) {
 func (b *Backend) Run(ctx context.Context, req *backends.Request) (*backends.Result, error) {
 	switch req.Action {
 	case "install":
+		b.mu.Lock()
+		defer b.mu.Unlock()
 		return b.install(ctx, req)
 	case "uninstall":
+		b.mu.Lock()
+		defer b.mu.Unlock()
 		return b.uninstall(ctx, req)
 	case "start", "stop", "restart", "status":
 		return b.unit(ctx, req)
