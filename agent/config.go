@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -121,6 +123,21 @@ type BackendsConfig struct {
 	ResolvConfPath string `yaml:"resolv_conf_path"`
 	// Programs are what the exec backend may run, by the name jobs use.
 	Programs map[string]ProgramConfig `yaml:"programs"`
+	// PackageManager forces the package backend's driver (apt or dnf);
+	// empty detects it from the programs on the host.
+	PackageManager string `yaml:"package_manager"`
+	// RKE2 configures the rke2 backend.
+	RKE2 RKE2Config `yaml:"rke2"`
+}
+
+// RKE2Config configures the rke2 backend.
+type RKE2Config struct {
+	// ArtifactURL is the http(s) base of a mirror of RKE2's release
+	// artifacts (<url>/<version>/rke2.linux-<arch>.tar.gz and
+	// sha256sum-<arch>.txt); none: rke2.install refuses.
+	ArtifactURL string `yaml:"artifact_url"`
+	// InstallRoot is where releases are unpacked; default /usr/local.
+	InstallRoot string `yaml:"install_root"`
 }
 
 // ProgramConfig registers one program for the exec backend.
@@ -134,7 +151,8 @@ type ProgramConfig struct {
 // builtinOptions turns the config into the built-in backends' options.
 func (c Config) builtinOptions() builtin.Options {
 	o := builtin.Options{Sandbox: c.Sandbox, FileAllowedPrefixes: c.Backends.FileAllowedPrefixes,
-		ResolvConfPath: c.Backends.ResolvConfPath}
+		ResolvConfPath: c.Backends.ResolvConfPath, PackageManager: c.Backends.PackageManager,
+		RKE2ArtifactURL: c.Backends.RKE2.ArtifactURL, RKE2InstallRoot: c.Backends.RKE2.InstallRoot}
 	if len(c.Backends.Programs) > 0 {
 		o.Programs = map[string]builtin.ProgramSpec{}
 		for name, p := range c.Backends.Programs {
@@ -274,6 +292,17 @@ func (c Config) Validate() error {
 	}
 	if _, err := backends.ParseAllowlist(c.CheckOnly); err != nil {
 		bad("check_only: %w", err)
+	}
+	if m := c.Backends.PackageManager; m != "" && m != "apt" && m != "dnf" {
+		bad("backends.package_manager: want apt or dnf (or nothing, to detect it), got %q", m)
+	}
+	if u := c.Backends.RKE2.ArtifactURL; u != "" {
+		if p, err := url.Parse(u); err != nil || (p.Scheme != "https" && p.Scheme != "http") || p.Host == "" {
+			bad("backends.rke2.artifact_url: want an http(s) URL, got %q", u)
+		}
+	}
+	if r := c.Backends.RKE2.InstallRoot; r != "" && !filepath.IsAbs(r) {
+		bad("backends.rke2.install_root must be an absolute path, got %q", r)
 	}
 	return errors.Join(errs...)
 }

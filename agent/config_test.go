@@ -104,6 +104,11 @@ func TestValidate(t *testing.T) {
 		{"bad debug_addr", func(c *Config) { c.DebugAddr = "6060" }, "debug_addr"},
 		{"debug_addr", func(c *Config) { c.DebugAddr = "127.0.0.1:0" }, ""},
 		{"negative gomaxprocs", func(c *Config) { c.GOMAXPROCS = -1 }, "gomaxprocs"},
+		{"package manager", func(c *Config) { c.Backends.PackageManager = "dnf" }, ""},
+		{"bad package manager", func(c *Config) { c.Backends.PackageManager = "yum" }, "backends.package_manager"},
+		{"rke2 mirror", func(c *Config) { c.Backends.RKE2.ArtifactURL = "https://mirror.example.com/rke2" }, ""},
+		{"bad rke2 mirror", func(c *Config) { c.Backends.RKE2.ArtifactURL = "mirror.example.com/rke2" }, "backends.rke2.artifact_url"},
+		{"relative rke2 root", func(c *Config) { c.Backends.RKE2.InstallRoot = "usr/local" }, "backends.rke2.install_root"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -177,6 +182,8 @@ backends:
   resolv_conf_path: /etc/resolv.conf
   programs:
     inventory: {path: /usr/local/libexec/inventory, mode: oneshot, timeout: 30s}
+  package_manager: dnf
+  rke2: {artifact_url: "https://mirror.example.com/rke2", install_root: /opt/rke2}
 sandbox: /var/lib/grid/sandbox
 `
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
@@ -189,6 +196,9 @@ sandbox: /var/lib/grid/sandbox
 	o := cfg.builtinOptions()
 	if o.Sandbox != "/var/lib/grid/sandbox" || len(o.FileAllowedPrefixes) != 2 || o.ResolvConfPath != "/etc/resolv.conf" {
 		t.Fatalf("options %+v", o)
+	}
+	if o.PackageManager != "dnf" || o.RKE2ArtifactURL != "https://mirror.example.com/rke2" || o.RKE2InstallRoot != "/opt/rke2" {
+		t.Fatalf("package/rke2 options %+v", o)
 	}
 	p := o.Programs["inventory"]
 	if p.Path != "/usr/local/libexec/inventory" || p.Mode != "oneshot" || p.Timeout != 30*time.Second {

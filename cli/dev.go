@@ -41,6 +41,12 @@ The agents never change this machine. What each backend really does here:
                  apt-get -s, systemctl show) and report what they would
                  change, changing nothing; apt remove and upgrade, systemd
                  stop and disable are off (dangerous)
+  package        check mode only, as apt (or dnf/rpm queries); info, list
+                 and search read the host's package database for real;
+                 remove and upgrade are off (dangerous)
+  rke2           check mode only (install fetches nothing but the
+                 checksum file, and has no mirror unless configured);
+                 stop and uninstall are off (dangerous)
   exec           off: no programs are registered`,
 		Example: `  grid dev
   grid dev --agents 10 --api-addr 127.0.0.1:9000`,
@@ -80,7 +86,7 @@ The agents never change this machine. What each backend really does here:
   NATS:   %s (TLS; CA %s, also the API's; join token in %s)
   groups: %s
   data:   %s (removed at exit)
-  apt and systemd run in check mode only; see grid dev --help
+  apt, package, systemd and rke2 run in check mode only; see grid dev --help
 
 Paste into another terminal (the token is the admin token):
   export GRID_ADDR=%s GRID_TOKEN=%s GRID_CACERT=%s

@@ -97,7 +97,10 @@ var common = []string{"-q", "-y",
 	"-o", "Dpkg::Options::=--force-confdef", "-o", "Dpkg::Options::=--force-confold",
 	"-o", "DPkg::Lock::Timeout=120"}
 
-func (b *Backend) aptget(ctx context.Context, simulate bool, verb string, extra []string, pkgs ...string) (proc.Output, error) {
+// AptGet runs apt-get with the common options, -s when simulate, extra
+// options, the verb and, after "--", the packages. The package backend's
+// apt driver runs its apt-get calls through it too.
+func (b *Backend) AptGet(ctx context.Context, simulate bool, verb string, extra []string, pkgs ...string) (proc.Output, error) {
 	args := append([]string{}, common...)
 	if simulate {
 		args = append(args, "-s")
@@ -120,7 +123,7 @@ func (b *Backend) update(ctx context.Context, req *backends.Request) (*backends.
 	if req.CheckMode {
 		return &backends.Result{Output: "check mode: would refresh the package lists", Changed: true}, nil
 	}
-	out, err := b.aptget(ctx, false, "update", nil)
+	out, err := b.AptGet(ctx, false, "update", nil)
 	return &backends.Result{Output: out.Stdout + out.Stderr, Changed: err == nil}, err
 }
 
@@ -139,17 +142,17 @@ func (b *Backend) install(ctx context.Context, req *backends.Request) (*backends
 		target, extra = pkg+"="+want, []string{"--allow-downgrades"}
 	}
 	if req.CheckMode {
-		out, err := b.aptget(ctx, true, "install", extra, target)
+		out, err := b.AptGet(ctx, true, "install", extra, target)
 		if err != nil {
 			return &backends.Result{Output: out.Stdout + out.Stderr}, err
 		}
-		sim := parseSimulation(out.Stdout)
+		sim := ParseSimulation(out.Stdout)
 		f := facts(pkg, before)
-		f["would_install"], f["would_remove"] = sim.installs, sim.removes
-		return &backends.Result{Output: out.Stdout, Changed: sim.changes() > 0, Facts: f}, nil
+		f["would_install"], f["would_remove"] = sim.Installs, sim.Removes
+		return &backends.Result{Output: out.Stdout, Changed: sim.Changes() > 0, Facts: f}, nil
 	}
 	req.Progress(0, "apt-get install "+target)
-	out, err := b.aptget(ctx, false, "install", extra, target)
+	out, err := b.AptGet(ctx, false, "install", extra, target)
 	if err != nil {
 		return &backends.Result{Output: out.Stdout + out.Stderr}, err
 	}
@@ -176,15 +179,15 @@ func (b *Backend) remove(ctx context.Context, req *backends.Request) (*backends.
 	if before == "" {
 		return &backends.Result{Output: pkg + " is not installed", Facts: facts(pkg, "")}, nil
 	}
-	out, err := b.aptget(ctx, req.CheckMode, verb, nil, pkg)
+	out, err := b.AptGet(ctx, req.CheckMode, verb, nil, pkg)
 	if err != nil {
 		return &backends.Result{Output: out.Stdout + out.Stderr}, err
 	}
 	if req.CheckMode {
-		sim := parseSimulation(out.Stdout)
+		sim := ParseSimulation(out.Stdout)
 		f := facts(pkg, before)
-		f["would_install"], f["would_remove"] = sim.installs, sim.removes
-		return &backends.Result{Output: out.Stdout, Changed: sim.changes() > 0, Facts: f}, nil
+		f["would_install"], f["would_remove"] = sim.Installs, sim.Removes
+		return &backends.Result{Output: out.Stdout, Changed: sim.Changes() > 0, Facts: f}, nil
 	}
 	return &backends.Result{Output: out.Stdout, Changed: true, Facts: facts(pkg, "")}, nil
 }
@@ -194,15 +197,15 @@ func (b *Backend) upgrade(ctx context.Context, req *backends.Request) (*backends
 	if dist, _ := strconv.ParseBool(req.Params["dist"]); dist {
 		verb = "dist-upgrade"
 	}
-	out, err := b.aptget(ctx, req.CheckMode, verb, nil)
+	out, err := b.AptGet(ctx, req.CheckMode, verb, nil)
 	if err != nil {
 		return &backends.Result{Output: out.Stdout + out.Stderr}, err
 	}
 	sum := parseSummary(out.Stdout)
 	f := map[string]any{"upgraded": sum[0], "newly_installed": sum[1], "removed": sum[2], "not_upgraded": sum[3]}
 	if req.CheckMode {
-		sim := parseSimulation(out.Stdout)
-		f["would_install"], f["would_remove"] = sim.installs, sim.removes
+		sim := ParseSimulation(out.Stdout)
+		f["would_install"], f["would_remove"] = sim.Installs, sim.Removes
 	}
 	return &backends.Result{Output: out.Stdout, Changed: sum[0]+sum[1]+sum[2] > 0, Facts: f}, nil
 }
@@ -233,14 +236,16 @@ func parseStatus(s string) string {
 	return ""
 }
 
-type simulation struct{ installs, removes []string }
+// Simulation is what apt-get -s would do.
+type Simulation struct{ Installs, Removes []string }
 
-func (s simulation) changes() int { return len(s.installs) + len(s.removes) }
+// Changes counts the packages the simulation installs or removes.
+func (s Simulation) Changes() int { return len(s.Installs) + len(s.Removes) }
 
-// parseSimulation reads apt-get -s output: "Inst pkg [old] (new …)" and
+// ParseSimulation reads apt-get -s output: "Inst pkg [old] (new …)" and
 // "Remv pkg [old]" lines; "Conf" lines repeat the Inst ones.
-func parseSimulation(s string) simulation {
-	var sim simulation
+func ParseSimulation(s string) Simulation {
+	var sim Simulation
 	sc := bufio.NewScanner(strings.NewReader(s))
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
@@ -249,16 +254,16 @@ func parseSimulation(s string) simulation {
 		}
 		switch f[0] {
 		case "Inst":
-			sim.installs = append(sim.installs, f[1])
+			sim.Installs = append(sim.Installs, f[1])
 		case "Remv", "Purg":
-			sim.removes = append(sim.removes, f[1])
+			sim.Removes = append(sim.Removes, f[1])
 		}
 	}
-	if sim.installs == nil {
-		sim.installs = []string{}
+	if sim.Installs == nil {
+		sim.Installs = []string{}
 	}
-	if sim.removes == nil {
-		sim.removes = []string{}
+	if sim.Removes == nil {
+		sim.Removes = []string{}
 	}
 	return sim
 }

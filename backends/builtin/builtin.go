@@ -16,6 +16,8 @@ import (
 	netbackend "github.com/gridfleet/terraform-provider-grid/backends/net"
 	"github.com/gridfleet/terraform-provider-grid/backends/ping"
 	procbackend "github.com/gridfleet/terraform-provider-grid/backends/proc"
+	"github.com/gridfleet/terraform-provider-grid/backends/pkg"
+	"github.com/gridfleet/terraform-provider-grid/backends/rke2"
 	"github.com/gridfleet/terraform-provider-grid/backends/sysinfo"
 	"github.com/gridfleet/terraform-provider-grid/backends/systemd"
 	"github.com/gridfleet/terraform-provider-grid/backends/testbackend"
@@ -29,8 +31,9 @@ type Options struct {
 	// Sandbox, when set, confines file-touching backends to this directory
 	// (grid dev and tests): file works only under it (FileAllowedPrefixes
 	// is ignored) and net's resolver file is <Sandbox>/resolv.conf unless
-	// ResolvConfPath names one. apt and systemd are not sandboxed; limit
-	// them with the allowlist.
+	// ResolvConfPath names one, and rke2 unpacks releases under
+	// <Sandbox>/rke2. apt, package and systemd are not sandboxed (nor
+	// rke2's systemctl calls); limit them with the allowlist or check_only.
 	Sandbox string
 	// FileAllowedPrefixes are the directories the file backend may touch.
 	// None (and no Sandbox): the file backend refuses every path.
@@ -45,6 +48,13 @@ type Options struct {
 	// empty means look up the usual name, except PingPath: empty, net.ping
 	// sends ICMP echo requests itself and needs no ping binary.
 	SystemctlPath, AptGetPath, DpkgQueryPath, PingPath string
+	// PackageManager forces the package backend's driver ("apt", "dnf");
+	// empty detects it from the programs on the host.
+	PackageManager string
+	// RKE2ArtifactURL is the mirror the rke2 backend installs releases
+	// from (none: rke2.install refuses); RKE2InstallRoot is where it
+	// unpacks them, default /usr/local (always <Sandbox>/rke2 in a sandbox).
+	RKE2ArtifactURL, RKE2InstallRoot string
 }
 
 // New returns a registry holding every built-in backend.
@@ -60,6 +70,7 @@ func New(opts Options) (*backends.Registry, error) {
 		if resolv == "" {
 			resolv = filepath.Join(sb, "resolv.conf")
 		}
+		opts.RKE2InstallRoot = filepath.Join(sb, "rke2")
 	}
 	f, err := file.New(file.Options{AllowedPrefixes: prefixes})
 	if err != nil {
@@ -78,6 +89,8 @@ func New(opts Options) (*backends.Registry, error) {
 		procbackend.New(procbackend.Options{}),
 		dns.New(),
 		journald.New(journald.Options{}),
+		pkg.New(pkg.Options{Manager: opts.PackageManager, AptGetPath: opts.AptGetPath, DpkgQueryPath: opts.DpkgQueryPath}),
+		rke2.New(rke2.Options{ArtifactURL: opts.RKE2ArtifactURL, InstallRoot: opts.RKE2InstallRoot, SystemctlPath: opts.SystemctlPath}),
 	}
 	// An exec backend without programs could run nothing; leaving it out
 	// keeps it off the node's advertised schemas.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gridfleet/terraform-provider-grid/api"
 	"github.com/gridfleet/terraform-provider-grid/backends"
+	"github.com/gridfleet/terraform-provider-grid/backends/rke2"
 )
 
 func TestNew(t *testing.T) {
@@ -19,9 +20,9 @@ func TestNew(t *testing.T) {
 		opts Options
 		want []string
 	}{
-		{"defaults", Options{}, []string{"apt", "cert", "dns", "file", "health", "journald", "net", "ping", "proc", "sysinfo", "systemd", "test"}},
+		{"defaults", Options{}, []string{"apt", "cert", "dns", "file", "health", "journald", "net", "package", "ping", "proc", "rke2", "sysinfo", "systemd", "test"}},
 		{"with programs", Options{Programs: map[string]ProgramSpec{"tool": {Path: "/bin/true"}}},
-			[]string{"apt", "cert", "dns", "exec", "file", "health", "journald", "net", "ping", "proc", "sysinfo", "systemd", "test"}},
+			[]string{"apt", "cert", "dns", "exec", "file", "health", "journald", "net", "package", "ping", "proc", "rke2", "sysinfo", "systemd", "test"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r, err := New(tc.opts)
@@ -81,9 +82,9 @@ func TestDangerousActionsOffByDefault(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"apt.remove", "apt.upgrade", "net.dns_set", "proc.signal", "systemd.disable", "systemd.stop"}
+	want := []string{"apt.remove", "apt.upgrade", "net.dns_set", "package.remove", "package.upgrade", "proc.signal", "rke2.stop", "rke2.uninstall", "systemd.disable", "systemd.stop"}
 	var got []string
-	for _, name := range []string{"apt", "file", "net", "ping", "proc", "sysinfo", "systemd", "test"} {
+	for _, name := range []string{"apt", "file", "net", "package", "ping", "proc", "rke2", "sysinfo", "systemd", "test"} {
 		b, _ := r.Get(name)
 		for _, a := range b.Schema().Actions {
 			if a.Dangerous {
@@ -98,8 +99,9 @@ func TestDangerousActionsOffByDefault(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct{ backend, action string }{
 		{"apt", "remove"}, {"apt", "upgrade"}, {"systemd", "stop"}, {"systemd", "disable"}, {"net", "dns_set"}, {"proc", "signal"},
+		{"package", "remove"}, {"package", "upgrade"}, {"rke2", "stop"}, {"rke2", "uninstall"},
 	} {
-		params := api.Params{"package": "cowsay", "unit": "sshd", "servers": "192.0.2.1"}
+		params := api.Params{"package": "cowsay", "name": "cowsay", "unit": "sshd", "servers": "192.0.2.1"}
 		b, _ := r.Get(tc.backend)
 		a, _ := b.Schema().Action(tc.action)
 		for k := range params {
@@ -162,5 +164,26 @@ func TestCheckOnly(t *testing.T) {
 	_, err = r.Run(context.Background(), "exec", &backends.Request{Action: "run", Params: api.Params{"program": "tool"}})
 	if !errors.Is(err, backends.ErrNotAllowed) {
 		t.Errorf("check-only action without check mode: err = %v, want not allowed", err)
+	}
+}
+
+// In a sandbox, rke2 unpacks releases under it whatever the install root
+// configured.
+func TestSandboxRKE2Root(t *testing.T) {
+	sb := t.TempDir()
+	r, err := New(Options{Sandbox: sb, RKE2InstallRoot: "/usr/local"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := r.Get("rke2")
+	if _, err := os.Stat(filepath.Join(sb, "rke2")); !os.IsNotExist(err) {
+		t.Fatalf("sandbox rke2 root exists before any install: %v", err)
+	}
+	res, err := b.Run(context.Background(), &backends.Request{Action: "status", Params: api.Params{"mode": "server"}, Progress: func(int, string) {}})
+	if err != nil || res.Facts["installed"] != false {
+		t.Fatalf("status: %v %v", res, err)
+	}
+	if got := b.(*rke2.Backend).Root(); got != filepath.Join(sb, "rke2") {
+		t.Errorf("rke2 install root %s in sandbox %s", got, sb)
 	}
 }
