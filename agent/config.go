@@ -134,7 +134,7 @@ type ProgramConfig struct {
 // builtinOptions turns the config into the built-in backends' options.
 func (c Config) builtinOptions() builtin.Options {
 	o := builtin.Options{Sandbox: c.Sandbox, FileAllowedPrefixes: c.Backends.FileAllowedPrefixes,
-		ResolvConfPath: c.Backends.ResolvConfPath}
+		ResolvConfPath: c.Backends.ResolvConfPath, MaxOutputBytes: c.MaxOutputBytes}
 	if len(c.Backends.Programs) > 0 {
 		o.Programs = map[string]builtin.ProgramSpec{}
 		for name, p := range c.Backends.Programs {

@@ -36,6 +36,9 @@ type Options struct {
 	// Programs are what the exec backend may run, by name. None: the exec
 	// backend is not offered.
 	Programs map[string]ProgramSpec
+	// MaxOutputBytes is the agent's max_output_bytes: the most file.read
+	// returns. 0: the file backend's default.
+	MaxOutputBytes int
 	// Binary paths, for hosts where they are not on PATH (and tests);
 	// empty means look up the usual name.
 	SystemctlPath, AptGetPath, DpkgQueryPath, PingPath string
@@ -55,7 +58,7 @@ func New(opts Options) (*backends.Registry, error) {
 			resolv = filepath.Join(sb, "resolv.conf")
 		}
 	}
-	f, err := file.New(file.Options{AllowedPrefixes: prefixes})
+	f, err := file.New(file.Options{AllowedPrefixes: prefixes, MaxReadBytes: opts.MaxOutputBytes})
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,5 @@
-// Package file is the file backend: write, remove, stat and mkdir, confined
+// Package file is the file backend: write, remove, stat, mkdir, read, line,
+// block and copy (from an https URL, checked against a sha256), confined
 // to configured path prefixes. Paths are resolved through symlinks before
 // the prefix check, so a link inside the prefix cannot lead a write out of
 // it, and every file operation then goes through an os.Root opened on the
@@ -22,6 +23,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net/http"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -50,16 +52,31 @@ type Options struct {
 	// AllowedPrefixes are the absolute directories under which the backend
 	// may work. None: every path is refused.
 	AllowedPrefixes []string
+	// MaxReadBytes is the largest file read returns (the agent passes its
+	// max_output_bytes, so what read returns is never truncated);
+	// default DefaultMaxReadBytes.
+	MaxReadBytes int
+	// HTTPClient fetches copy's URLs; default: one that honours the proxy
+	// environment and the system's CA roots.
+	HTTPClient *http.Client
 }
 
 // Backend is the file backend.
 type Backend struct {
 	prefixes []string
+	maxRead  int
+	client   *http.Client
 }
 
 // New returns the file backend; every prefix must be absolute.
 func New(opts Options) (*Backend, error) {
-	b := &Backend{}
+	b := &Backend{maxRead: opts.MaxReadBytes, client: opts.HTTPClient}
+	if b.maxRead <= 0 {
+		b.maxRead = DefaultMaxReadBytes
+	}
+	if b.client == nil {
+		b.client = &http.Client{Transport: http.DefaultTransport}
+	}
 	for _, p := range opts.AllowedPrefixes {
 		if !filepath.IsAbs(p) {
 			return nil, fmt.Errorf("file backend: allowed prefix %q is not an absolute path", p)
@@ -69,8 +86,8 @@ func New(opts Options) (*Backend, error) {
 	return b, nil
 }
 
-// Schema declares write, remove, stat and mkdir.
-func (*Backend) Schema() api.BackendSchema {
+// Schema declares write, remove, stat, mkdir, read, line, block and copy.
+func (b *Backend) Schema() api.BackendSchema {
 	path := api.ParamSchema{Name: "path", Type: api.TypeString, Required: true, Pattern: PathPattern,
 		Description: "Absolute path; must lie under one of the node's allowed prefixes."}
 	owner := api.ParamSchema{Name: "owner", Type: api.TypeString, Pattern: OwnerPattern, Description: "User name or uid; default: leave as is (new files: the agent's user)."}
@@ -78,7 +95,7 @@ func (*Backend) Schema() api.BackendSchema {
 	return api.BackendSchema{
 		Name:        "file",
 		Description: "Files under the node's allowed path prefixes.",
-		Actions: []api.ActionSchema{
+		Actions: append([]api.ActionSchema{
 			{Name: "write", Description: "Write a file atomically; no change when content and mode already match.",
 				Idempotent: true, CheckMode: true, Params: []api.ParamSchema{path,
 					{Name: "content", Type: api.TypeString, Description: "File content (empty by default)."},
@@ -95,14 +112,14 @@ func (*Backend) Schema() api.BackendSchema {
 					{Name: "mode", Type: api.TypeString, Pattern: ModePattern, Default: "0755", Description: "Permission bits in octal."},
 					{Name: "parents", Type: api.TypeBool, Default: "true", Description: "Create missing parent directories too."},
 					owner, group}},
-		},
+		}, b.editActions(path, owner, group)...),
 	}
 }
 
 // Run executes one action.
 func (b *Backend) Run(ctx context.Context, req *backends.Request) (*backends.Result, error) {
 	switch req.Action {
-	case "write", "remove", "stat", "mkdir":
+	case "write", "remove", "stat", "mkdir", "read", "line", "block", "copy":
 	default:
 		return nil, fmt.Errorf("%w %q", backends.ErrUnknownAction, req.Action)
 	}
@@ -124,6 +141,12 @@ func (b *Backend) Run(ctx context.Context, req *backends.Request) (*backends.Res
 		res, err = b.remove(req, root, rel)
 	case "stat":
 		res, err = stat(req.Params["path"], root, rel)
+	case "read":
+		res, err = b.read(req, root, rel)
+	case "line", "block":
+		res, err = b.edit(req, root, rel, lineOrBlock(req))
+	case "copy":
+		res, err = b.copy(ctx, req, root, rel)
 	default:
 		res, err = b.mkdir(req, root, rel)
 	}
