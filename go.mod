@@ -28,6 +28,11 @@ require (
 )
 
 require (
+	github.com/pelletier/go-toml/v2 v2.4.3 // indirect
+	gopkg.in/ini.v1 v1.67.3 // indirect
+)
+
+require (
 	dario.cat/mergo v1.0.2 // indirect
 	github.com/AlekSi/pointer v1.2.0 // indirect
 	github.com/BurntSushi/toml v1.2.1 // indirect

@@ -7,6 +7,7 @@ import (
 
 	"github.com/gridfleet/terraform-provider-grid/backends"
 	"github.com/gridfleet/terraform-provider-grid/backends/apt"
+	"github.com/gridfleet/terraform-provider-grid/backends/config"
 	execbackend "github.com/gridfleet/terraform-provider-grid/backends/exec"
 	"github.com/gridfleet/terraform-provider-grid/backends/file"
 	netbackend "github.com/gridfleet/terraform-provider-grid/backends/net"
@@ -71,6 +72,9 @@ func New(opts Options) (*backends.Registry, error) {
 		systemd.New(systemd.Options{SystemctlPath: opts.SystemctlPath}),
 		netbackend.New(netbackend.Options{PingPath: opts.PingPath, ResolvConfPath: resolv}),
 	}
+	// config edits files through file, so it is confined to the same
+	// prefixes (or sandbox).
+	list = append(list, config.New(f))
 	// An exec backend without programs could run nothing; leaving it out
 	// keeps it off the node's advertised schemas.
 	if len(opts.Programs) > 0 {

@@ -19,9 +19,9 @@ func TestNew(t *testing.T) {
 		opts Options
 		want []string
 	}{
-		{"defaults", Options{}, []string{"apt", "file", "net", "ping", "sysinfo", "systemd", "test"}},
+		{"defaults", Options{}, []string{"apt", "config", "file", "net", "ping", "sysinfo", "systemd", "test"}},
 		{"with programs", Options{Programs: map[string]ProgramSpec{"tool": {Path: "/bin/true"}}},
-			[]string{"apt", "exec", "file", "net", "ping", "sysinfo", "systemd", "test"}},
+			[]string{"apt", "config", "exec", "file", "net", "ping", "sysinfo", "systemd", "test"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r, err := New(tc.opts)
@@ -66,6 +66,11 @@ func TestSandbox(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "outside") {
 		t.Errorf("stat outside sandbox: err = %v", err)
 	}
+	// config reaches files through file, so the sandbox holds it too.
+	_, err = r.Run(ctx, "config", &backends.Request{Action: "get", Params: api.Params{"path": "/etc/os-release", "key": "ID", "format": "ini"}})
+	if err == nil || !strings.Contains(err.Error(), "outside") {
+		t.Errorf("config get outside sandbox: err = %v", err)
+	}
 	if _, err := r.Run(ctx, "net", &backends.Request{Action: "dns_set", Params: api.Params{"servers": "192.0.2.1"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +88,7 @@ func TestDangerousActionsOffByDefault(t *testing.T) {
 	}
 	want := []string{"apt.remove", "apt.upgrade", "net.dns_set", "systemd.disable", "systemd.stop"}
 	var got []string
-	for _, name := range []string{"apt", "file", "net", "ping", "sysinfo", "systemd", "test"} {
+	for _, name := range []string{"apt", "config", "file", "net", "ping", "sysinfo", "systemd", "test"} {
 		b, _ := r.Get(name)
 		for _, a := range b.Schema().Actions {
 			if a.Dangerous {
