@@ -41,6 +41,11 @@ The agents never change this machine. What each backend really does here:
                  apt-get -s, systemctl show) and report what they would
                  change, changing nothing; apt remove and upgrade, systemd
                  stop and disable are off (dangerous)
+  config         real, but only inside the sandbox, like file
+  user           check mode only: it reads the host's accounts (getent, id,
+                 ~/.ssh/authorized_keys) and reports the useradd/usermod
+                 it would run or the diff it would make; absent and
+                 group_absent are off (dangerous)
   exec           off: no programs are registered`,
 		Example: `  grid dev
   grid dev --agents 10 --api-addr 127.0.0.1:9000`,

@@ -15,6 +15,7 @@ import (
 	"github.com/gridfleet/terraform-provider-grid/backends/sysinfo"
 	"github.com/gridfleet/terraform-provider-grid/backends/systemd"
 	"github.com/gridfleet/terraform-provider-grid/backends/testbackend"
+	"github.com/gridfleet/terraform-provider-grid/backends/user"
 )
 
 // ProgramSpec registers a program for the exec backend.
@@ -74,7 +75,7 @@ func New(opts Options) (*backends.Registry, error) {
 	}
 	// config edits files through file, so it is confined to the same
 	// prefixes (or sandbox).
-	list = append(list, config.New(f))
+	list = append(list, config.New(f), user.New(user.Options{}))
 	// An exec backend without programs could run nothing; leaving it out
 	// keeps it off the node's advertised schemas.
 	if len(opts.Programs) > 0 {
