@@ -10,6 +10,7 @@ import (
 	"github.com/gridfleet/terraform-provider-grid/backends/config"
 	execbackend "github.com/gridfleet/terraform-provider-grid/backends/exec"
 	"github.com/gridfleet/terraform-provider-grid/backends/file"
+	"github.com/gridfleet/terraform-provider-grid/backends/firewall"
 	netbackend "github.com/gridfleet/terraform-provider-grid/backends/net"
 	"github.com/gridfleet/terraform-provider-grid/backends/ping"
 	"github.com/gridfleet/terraform-provider-grid/backends/sysinfo"
@@ -75,7 +76,7 @@ func New(opts Options) (*backends.Registry, error) {
 	}
 	// config edits files through file, so it is confined to the same
 	// prefixes (or sandbox).
-	list = append(list, config.New(f), user.New(user.Options{}))
+	list = append(list, config.New(f), user.New(user.Options{}), firewall.New(firewall.Options{}))
 	// An exec backend without programs could run nothing; leaving it out
 	// keeps it off the node's advertised schemas.
 	if len(opts.Programs) > 0 {

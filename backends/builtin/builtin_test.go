@@ -19,9 +19,9 @@ func TestNew(t *testing.T) {
 		opts Options
 		want []string
 	}{
-		{"defaults", Options{}, []string{"apt", "config", "file", "net", "ping", "sysinfo", "systemd", "test", "user"}},
+		{"defaults", Options{}, []string{"apt", "config", "file", "firewall", "net", "ping", "sysinfo", "systemd", "test", "user"}},
 		{"with programs", Options{Programs: map[string]ProgramSpec{"tool": {Path: "/bin/true"}}},
-			[]string{"apt", "config", "exec", "file", "net", "ping", "sysinfo", "systemd", "test", "user"}},
+			[]string{"apt", "config", "exec", "file", "firewall", "net", "ping", "sysinfo", "systemd", "test", "user"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r, err := New(tc.opts)
@@ -86,9 +86,9 @@ func TestDangerousActionsOffByDefault(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"apt.remove", "apt.upgrade", "net.dns_set", "systemd.disable", "systemd.stop", "user.absent", "user.group_absent"}
+	want := []string{"apt.remove", "apt.upgrade", "firewall.remove", "net.dns_set", "systemd.disable", "systemd.stop", "user.absent", "user.group_absent"}
 	var got []string
-	for _, name := range []string{"apt", "config", "file", "net", "ping", "sysinfo", "systemd", "test", "user"} {
+	for _, name := range []string{"apt", "config", "file", "firewall", "net", "ping", "sysinfo", "systemd", "test", "user"} {
 		b, _ := r.Get(name)
 		for _, a := range b.Schema().Actions {
 			if a.Dangerous {
@@ -103,9 +103,9 @@ func TestDangerousActionsOffByDefault(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct{ backend, action string }{
 		{"apt", "remove"}, {"apt", "upgrade"}, {"systemd", "stop"}, {"systemd", "disable"}, {"net", "dns_set"},
-		{"user", "absent"}, {"user", "group_absent"},
+		{"user", "absent"}, {"user", "group_absent"}, {"firewall", "remove"},
 	} {
-		params := api.Params{"package": "cowsay", "unit": "sshd", "servers": "192.0.2.1", "name": "nobody"}
+		params := api.Params{"package": "cowsay", "unit": "sshd", "servers": "192.0.2.1", "name": "nobody", "port": "22"}
 		b, _ := r.Get(tc.backend)
 		a, _ := b.Schema().Action(tc.action)
 		for k := range params {

@@ -55,10 +55,10 @@ func DefaultGroups(i int) []string {
 // DevCheckOnly are the backends a dev fleet's agents run only in check
 // mode: they act on the real host, so there they report what they would
 // change and change nothing.
-var DevCheckOnly = []string{"apt", "systemd", "user"}
+var DevCheckOnly = []string{"apt", "systemd", "user", "firewall"}
 
 // DevAgent configures an agent of grid dev so that it never changes the
-// host: apt, systemd and user run in check mode only; file, config and
+// host: apt, systemd, user and firewall run in check mode only; file, config and
 // net's resolver file stay in the agent's sandbox (every fleet agent has one); dangerous
 // actions stay off (no allow list) and exec has no programs.
 func DevAgent(_ int, cfg *agent.Config) {
