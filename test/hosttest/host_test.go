@@ -1,8 +1,12 @@
-// Package hosttest runs the apt, systemd, user and config backends against a real Debian
-// system: a container built from a debootstrap root filesystem, with
-// systemd as PID 1 and the grid agent inside, driven by a controller in
-// the test process. The container shares the host's network, so the agent
-// reaches the controller's NATS server on 127.0.0.1.
+// Package hosttest runs the apt, systemd, user and config backends against
+// a real Debian system: a container built from a debootstrap root
+// filesystem, with systemd as PID 1 and the grid agent inside, driven by a
+// controller in the test process. The container shares the host's
+// network, so the agent reaches the controller's NATS server on 127.0.0.1.
+// TestTerraformHostBaseline instead applies a Terraform config to two
+// containers on Docker's bridge, each with a network namespace (and so
+// nftables) of its own, reaching NATS on the bridge's address; it also
+// needs terraform, and apt-get to fetch nftables for the containers.
 //
 // It needs a Docker engine and, the first time, debootstrap and root to
 // build the image; it runs only with GRID_HOST_TESTS=1 (make host-test).
