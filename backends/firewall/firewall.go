@@ -59,16 +59,23 @@ type Options struct {
 	// nft (["ip", "netns", "exec", "NS", "nft"] manages a network
 	// namespace, which is how the tests run).
 	NftCommand []string
+	// UfwPath is ufw, which status asks whether it is active; default
+	// "ufw" looked up on PATH (absent: not reported).
+	UfwPath string
 }
 
 // Backend is the firewall backend.
 type Backend struct {
 	nft []string
+	ufw string
 }
 
 // New returns the firewall backend.
 func New(opts Options) *Backend {
-	b := &Backend{nft: opts.NftCommand}
+	b := &Backend{nft: opts.NftCommand, ufw: opts.UfwPath}
+	if b.ufw == "" {
+		b.ufw = "ufw"
+	}
 	if len(b.nft) == 0 {
 		b.nft = []string{"nft"}
 	}
@@ -86,7 +93,7 @@ func (*Backend) Schema() api.BackendSchema {
 		Name:        "firewall",
 		Description: "Inbound port rules on nftables, in GRID's own table (inet grid); rules made elsewhere are untouched.",
 		Actions: []api.ActionSchema{
-			{Name: "status", Description: "Report the nft version, whether GRID's table exists and how many rules it holds.",
+			{Name: "status", Description: "Report the nft version, whether GRID's table exists and how many rules it holds, and whether ufw is active.",
 				ReadOnly: true, Idempotent: true, CheckMode: true},
 			{Name: "list", Description: "List the rules in GRID's table (verdict, protocol, port, source).",
 				ReadOnly: true, Idempotent: true, CheckMode: true},
@@ -286,6 +293,9 @@ func (b *Backend) list(ctx context.Context) (rules []Rule, unmanaged int, exists
 
 func (b *Backend) status(ctx context.Context) (*backends.Result, error) {
 	ver, err := b.run(ctx, "", "--version")
+	if errors.Is(err, exec.ErrNotFound) {
+		return nil, fmt.Errorf("nft is not installed on this host (Debian, Ubuntu: apt-get install nftables): %w", err)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -299,6 +309,14 @@ func (b *Backend) status(ctx context.Context) (*backends.Result, error) {
 		out += fmt.Sprintf("%d rules", len(rules))
 	} else {
 		out += "not created yet"
+	}
+	// ufw is not driven, but an active ufw drops what it does not allow
+	// whatever GRID's table says, which an operator must know.
+	if ufw := b.ufwStatus(ctx); ufw != "" {
+		facts["ufw"] = ufw
+		if ufw == "active" {
+			out += "; ufw is active on this host: its own rules still drop what it does not allow"
+		}
 	}
 	return &backends.Result{Output: out, Facts: facts}, nil
 }
@@ -377,4 +395,20 @@ func (b *Backend) remove(ctx context.Context, req *backends.Request) (*backends.
 		return nil, err
 	}
 	return &backends.Result{Output: "removed " + strings.Join(removed, ", "), Changed: true, Facts: facts}, nil
+}
+
+// ufwStatus is "active" or "inactive" when ufw is installed, else "".
+func (b *Backend) ufwStatus(ctx context.Context) string {
+	path, err := exec.LookPath(b.ufw)
+	if err != nil {
+		return ""
+	}
+	out, err := exec.CommandContext(ctx, path, "status").Output()
+	if err != nil {
+		return ""
+	}
+	if strings.Contains(string(out), "Status: active") {
+		return "active"
+	}
+	return "inactive"
 }

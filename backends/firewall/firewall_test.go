@@ -13,7 +13,14 @@ import (
 	"github.com/gridfleet/terraform-provider-grid/api"
 	"github.com/gridfleet/terraform-provider-grid/backends"
 	"github.com/gridfleet/terraform-provider-grid/backends/conformance"
+	"github.com/gridfleet/terraform-provider-grid/backends/internal/testbin"
 )
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testbin.Cleanup()
+	os.Exit(code)
+}
 
 func TestConformance(t *testing.T) {
 	m := api.Params{"port": "22", "source": "10.0.0.0/8"}
@@ -163,6 +170,13 @@ func TestNftablesInNetns(t *testing.T) {
 	do("remove", false, ssh, false)
 	if got := listed(); len(got) != 2 {
 		t.Errorf("after remove: %v", got)
+	}
+	// On a host where ufw is active, status says so: GRID's allows do not
+	// override ufw's drops.
+	fake := backends.NewRegistry().MustRegister(New(Options{NftCommand: []string{"ip", "netns", "exec", ns, "nft"}, UfwPath: testbin.Build(t, "testdata/fakeufw")}))
+	res, err := fake.Run(context.Background(), "firewall", &backends.Request{Action: "status"})
+	if err != nil || res.Facts["ufw"] != "active" || !strings.Contains(res.Output, "ufw is active") {
+		t.Errorf("status with ufw active: %v %v", res, err)
 	}
 	// The other table, even with a rule whose comment looks like GRID's,
 	// is as it was.
