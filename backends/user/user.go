@@ -161,6 +161,9 @@ func (b *Backend) run(ctx context.Context, prog string, args ...string) (string,
 	if ctx.Err() != nil {
 		return "", fmt.Errorf("%s: %w", prog, context.Cause(ctx))
 	}
+	if errors.Is(err, exec.ErrNotFound) {
+		return "", fmt.Errorf("%s is not installed on this host (it comes with shadow-utils: the passwd package on Debian): %w", prog, err)
+	}
 	if err != nil {
 		var exit *exec.ExitError
 		if prog == "getent" && errors.As(err, &exit) && exit.ExitCode() == 2 {
