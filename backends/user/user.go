@@ -162,7 +162,7 @@ func (b *Backend) run(ctx context.Context, prog string, args ...string) (string,
 		return "", fmt.Errorf("%s: %w", prog, context.Cause(ctx))
 	}
 	if errors.Is(err, exec.ErrNotFound) {
-		return "", fmt.Errorf("%s is not installed on this host (it comes with shadow-utils: the passwd package on Debian): %w", prog, err)
+		return "", fmt.Errorf("%s is not installed on this host (useradd and the other account tools come with shadow-utils, the passwd package on Debian; getent with the C library, id with coreutils): %w", prog, err)
 	}
 	if err != nil {
 		var exit *exec.ExitError
