@@ -178,6 +178,7 @@ backends:
   programs:
     inventory: {path: /usr/local/libexec/inventory, mode: oneshot, timeout: 30s}
 sandbox: /var/lib/grid/sandbox
+max_output_bytes: 4096
 `
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
@@ -187,7 +188,8 @@ sandbox: /var/lib/grid/sandbox
 		t.Fatal(err)
 	}
 	o := cfg.builtinOptions()
-	if o.Sandbox != "/var/lib/grid/sandbox" || len(o.FileAllowedPrefixes) != 2 || o.ResolvConfPath != "/etc/resolv.conf" {
+	// file.read returns at most what the agent passes on as output.
+	if o.Sandbox != "/var/lib/grid/sandbox" || len(o.FileAllowedPrefixes) != 2 || o.ResolvConfPath != "/etc/resolv.conf" || o.MaxOutputBytes != 4096 {
 		t.Fatalf("options %+v", o)
 	}
 	p := o.Programs["inventory"]
