@@ -214,24 +214,26 @@ func (b *Backend) lookupGroup(ctx context.Context, name string) (int, error) {
 	return gid, nil
 }
 
-// supplementary returns the user's groups other than its primary one.
-func (b *Backend) supplementary(ctx context.Context, a *account) ([]string, error) {
+// supplementary returns the user's groups other than its primary one, and
+// the primary one's name.
+func (b *Backend) supplementary(ctx context.Context, a *account) ([]string, string, error) {
 	all, err := b.run(ctx, "id", "-Gn", "--", a.name)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	prim, err := b.run(ctx, "id", "-gn", "--", a.name)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
+	prim = strings.TrimSpace(prim)
 	var out []string
 	for _, g := range strings.Fields(all) {
-		if g != strings.TrimSpace(prim) && !slices.Contains(out, g) {
+		if g != prim && !slices.Contains(out, g) {
 			out = append(out, g)
 		}
 	}
 	slices.Sort(out)
-	return out, nil
+	return out, prim, nil
 }
 
 func boolParam(p api.Params, name string) bool {
@@ -257,7 +259,11 @@ func (b *Backend) mustGroups(ctx context.Context, names ...string) error {
 // userArgs is the argv of useradd for a new user, or of usermod for the
 // fields of cur that differ from the params (nil: nothing to change).
 // changes names them for the output.
-func userArgs(p api.Params, cur *account, curGroups []string, groupGID int) (args, changes []string) {
+//
+// A primary group named in groups is left out of the comparison: the
+// user is in it either way, and counting it would make every run a
+// change.
+func userArgs(p api.Params, cur *account, curGroups []string, primary string, groupGID int) (args, changes []string) {
 	set := func(flag, field, val string) {
 		args = append(args, flag, val)
 		changes = append(changes, field)
@@ -299,7 +305,15 @@ func userArgs(p api.Params, cur *account, curGroups []string, groupGID int) (arg
 		set("--comment", "comment", v)
 	}
 	if _, ok := p["groups"]; ok {
-		want := api.SplitList(p["groups"])
+		if g := p["group"]; g != "" {
+			primary = g
+		}
+		var want []string
+		for _, g := range api.SplitList(p["groups"]) {
+			if g != primary {
+				want = append(want, g)
+			}
+		}
 		slices.Sort(want)
 		want = slices.Compact(want)
 		if boolParam(p, "append") {
@@ -345,12 +359,13 @@ func (b *Backend) present(ctx context.Context, req *backends.Request) (*backends
 		}
 	}
 	var curGroups []string
+	var primary string
 	if cur != nil {
-		if curGroups, err = b.supplementary(ctx, cur); err != nil {
+		if curGroups, primary, err = b.supplementary(ctx, cur); err != nil {
 			return nil, err
 		}
 	}
-	args, changes := userArgs(p, cur, curGroups, groupGID)
+	args, changes := userArgs(p, cur, curGroups, primary, groupGID)
 	prog := "usermod"
 	if cur == nil {
 		prog = "useradd"
@@ -369,7 +384,7 @@ func (b *Backend) present(ctx context.Context, req *backends.Request) (*backends
 	if err != nil || cur == nil {
 		return nil, fmt.Errorf("user %s after %s: %v", name, prog, err)
 	}
-	curGroups, err = b.supplementary(ctx, cur)
+	curGroups, _, err = b.supplementary(ctx, cur)
 	if err != nil {
 		return nil, err
 	}

@@ -180,9 +180,12 @@ func TestUserArgs(t *testing.T) {
 		{"groups append", api.Params{"name": "alice", "groups": "c,a", "append": "true"}, cur, []string{"a", "b"}, -1, []string{"--append", "--groups", "c", "--", "alice"}, "groups"},
 		{"groups append, all there", api.Params{"name": "alice", "groups": "a", "append": "true"}, cur, []string{"a", "b"}, -1, nil, ""},
 		{"uid", api.Params{"name": "alice", "uid": "2000"}, cur, nil, -1, []string{"--uid", "2000", "--", "alice"}, "uid"},
+		// The primary group in groups is not a difference.
+		{"primary group in groups", api.Params{"name": "alice", "groups": "alice,a"}, cur, []string{"a"}, -1, nil, ""},
+		{"new primary group in groups", api.Params{"name": "alice", "group": "staff", "groups": "staff,a"}, cur, []string{"a"}, 50, []string{"--gid", "staff", "--", "alice"}, "group"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			args, changes := userArgs(tc.params, tc.cur, tc.groups, tc.groupGID)
+			args, changes := userArgs(tc.params, tc.cur, tc.groups, "alice", tc.groupGID)
 			if !slices.Equal(args, tc.args) || strings.Join(changes, ",") != tc.changeStr {
 				t.Errorf("args %q changes %v, want %q %s", args, changes, tc.args, tc.changeStr)
 			}

@@ -97,10 +97,11 @@ func TestUserAndConfigInContainer(t *testing.T) {
 		if got := sh("id", "-Gn", "deploy"); got != "deploy ops" {
 			t.Errorf("id -Gn deploy = %q", got)
 		}
-		// Only what differs changes.
-		user["shell"] = "/bin/sh"
+		// Only what differs changes; the primary group named among groups
+		// is no difference.
+		user["shell"], user["groups"] = "/bin/sh", "deploy,ops"
 		r = run(t, c, "user", "present", user, true)
-		if !strings.Contains(r.Output, "shell") || strings.Contains(r.Output, "comment") {
+		if !strings.Contains(r.Output, "shell") || strings.Contains(r.Output, "comment") || strings.Contains(r.Output, "groups") {
 			t.Errorf("output %q: want only the shell changed", r.Output)
 		}
 		run(t, c, "user", "present", user, false)
