@@ -327,3 +327,26 @@ func TestCopyCancel(t *testing.T) {
 		t.Errorf("left behind: %v", ents)
 	}
 }
+
+// write in check mode shows the diff of text content, and none for
+// binary data.
+func TestWriteCheckDiff(t *testing.T) {
+	r, dir := newBackend(t)
+	p := filepath.Join(dir, "app.conf")
+	must(t, os.WriteFile(p, []byte("a=1\nb=2\n"), 0o644))
+	res, err := run(t, r, "write", true, api.Params{"path": p, "content": "a=1\nb=3\n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "--- " + p + "\n+++ " + p + "\n@@ -1,2 +1,2 @@\n a=1\n-b=2\n+b=3\n"
+	if !res.Changed || res.Facts["diff"] != want || !strings.HasSuffix(res.Output, want) {
+		t.Errorf("check mode: %q facts %v, want the diff %q", res.Output, res.Facts, want)
+	}
+	if got, _ := os.ReadFile(p); string(got) != "a=1\nb=2\n" {
+		t.Errorf("check mode wrote %q", got)
+	}
+	res, err = run(t, r, "write", true, api.Params{"path": p, "content": "AAEC/w==", "encoding": "base64"})
+	if err != nil || !res.Changed || res.Facts["diff"] != nil {
+		t.Errorf("binary check mode: %v %v", res, err)
+	}
+}

@@ -15,6 +15,7 @@
 package file
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
@@ -30,10 +31,12 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"unicode/utf8"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
 	"github.com/gridfleet/terraform-provider-grid/backends"
 	"github.com/gridfleet/terraform-provider-grid/backends/internal/atomicfile"
+	"github.com/gridfleet/terraform-provider-grid/backends/internal/textdiff"
 )
 
 // Param patterns. Modes are plain permission bits: setuid, setgid and
@@ -96,7 +99,7 @@ func (b *Backend) Schema() api.BackendSchema {
 		Name:        "file",
 		Description: "Files under the node's allowed path prefixes.",
 		Actions: append([]api.ActionSchema{
-			{Name: "write", Description: "Write a file atomically; no change when content and mode already match.",
+			{Name: "write", Description: "Write a file atomically; no change when content and mode already match; check mode shows the diff of text content.",
 				Idempotent: true, CheckMode: true, Params: []api.ParamSchema{path,
 					{Name: "content", Type: api.TypeString, Description: "File content (empty by default)."},
 					{Name: "encoding", Type: api.TypeString, Enum: []string{"text", "base64"}, Default: "text", Description: "How content is encoded: text as is, or base64 for binary data."},
@@ -284,7 +287,12 @@ func (b *Backend) write(req *backends.Request, root *os.Root, rel string) (*back
 		return nil, fmt.Errorf("stat %s: %w", req.Params["path"], err)
 	}
 	if req.CheckMode {
-		return &backends.Result{Output: "check mode: would write " + req.Params["path"], Changed: true, Facts: facts}, nil
+		out := "check mode: would write " + req.Params["path"]
+		if d := textDiff(root, rel, req.Params["path"], data); d != "" {
+			out += "\n" + d
+			facts["diff"] = d
+		}
+		return &backends.Result{Output: out, Changed: true, Facts: facts}, nil
 	}
 	if err := atomicfile.WriteIn(root, rel, data, mode, uid, gid); err != nil {
 		return nil, fmt.Errorf("write %s: %w", req.Params["path"], err)
@@ -468,4 +476,18 @@ func ownedBy(fi os.FileInfo, uid, gid int) bool {
 		return true
 	}
 	return (uid < 0 || int(st.Uid) == uid) && (gid < 0 || int(st.Gid) == gid)
+}
+
+// textDiff is the unified diff a write would make, when both the old
+// content (if any) and the new are text small enough to edit; "" for
+// binary data, where a diff means nothing.
+func textDiff(root *os.Root, rel, name string, data []byte) string {
+	if len(data) > MaxEditBytes || !utf8.Valid(data) || bytes.IndexByte(data, 0) >= 0 {
+		return ""
+	}
+	old, err := load(root, rel, name)
+	if err != nil || !utf8.ValidString(old.data) || strings.IndexByte(old.data, 0) >= 0 {
+		return ""
+	}
+	return textdiff.Unified(name, old.data, string(data))
 }
