@@ -96,18 +96,9 @@ func syncDir(dir string) error {
 // cannot lead the write outside root.
 func WriteIn(root *os.Root, rel string, data []byte, mode os.FileMode, uid, gid int) error {
 	dir := filepath.Dir(rel)
-	var tmp *os.File
-	var name string
-	for try := 0; ; try++ {
-		name = filepath.Join(dir, "."+filepath.Base(rel)+".tmp-"+strconv.FormatUint(rand.Uint64(), 36)) //nolint:gosec // a temp name, not a secret
-		f, err := root.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
-		if err == nil {
-			tmp = f
-			break
-		}
-		if !errors.Is(err, os.ErrExist) || try == 10 {
-			return fmt.Errorf("create temp file: %w", err)
-		}
+	tmp, name, err := createTempIn(root, rel)
+	if err != nil {
+		return err
 	}
 	ok := false
 	defer func() {
@@ -177,18 +168,9 @@ func writeInPlaceIn(root *os.Root, rel string, data []byte) error {
 // expose a half-written file.
 func StreamIn(root *os.Root, rel string, r io.Reader, mode os.FileMode, uid, gid int, verify func() error) error {
 	dir := filepath.Dir(rel)
-	var tmp *os.File
-	var name string
-	for try := 0; ; try++ {
-		name = filepath.Join(dir, "."+filepath.Base(rel)+".tmp-"+strconv.FormatUint(rand.Uint64(), 36)) //nolint:gosec // a temp name, not a secret
-		f, err := root.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
-		if err == nil {
-			tmp = f
-			break
-		}
-		if !errors.Is(err, os.ErrExist) || try == 10 {
-			return fmt.Errorf("create temp file: %w", err)
-		}
+	tmp, name, err := createTempIn(root, rel)
+	if err != nil {
+		return err
 	}
 	ok := false
 	defer func() {
@@ -232,4 +214,20 @@ func StreamIn(root *os.Root, rel string, r io.Reader, mode os.FileMode, uid, gid
 		return fmt.Errorf("fsync dir: %w", err)
 	}
 	return nil
+}
+
+// createTempIn makes a new temp file beside rel, beneath root, readable by
+// its owner only until its mode is set.
+func createTempIn(root *os.Root, rel string) (*os.File, string, error) {
+	dir := filepath.Dir(rel)
+	for try := 0; ; try++ {
+		name := filepath.Join(dir, "."+filepath.Base(rel)+".tmp-"+strconv.FormatUint(rand.Uint64(), 36)) //nolint:gosec // a temp name, not a secret
+		f, err := root.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+		if err == nil {
+			return f, name, nil
+		}
+		if !errors.Is(err, os.ErrExist) || try == 10 {
+			return nil, "", fmt.Errorf("create temp file: %w", err)
+		}
+	}
 }
