@@ -152,7 +152,8 @@ type ProgramConfig struct {
 func (c Config) builtinOptions() builtin.Options {
 	o := builtin.Options{Sandbox: c.Sandbox, FileAllowedPrefixes: c.Backends.FileAllowedPrefixes,
 		ResolvConfPath: c.Backends.ResolvConfPath, PackageManager: c.Backends.PackageManager,
-		RKE2ArtifactURL: c.Backends.RKE2.ArtifactURL, RKE2InstallRoot: c.Backends.RKE2.InstallRoot}
+		RKE2ArtifactURL: c.Backends.RKE2.ArtifactURL, RKE2InstallRoot: c.Backends.RKE2.InstallRoot,
+		MaxOutputBytes: c.MaxOutputBytes}
 	if len(c.Backends.Programs) > 0 {
 		o.Programs = map[string]builtin.ProgramSpec{}
 		for name, p := range c.Backends.Programs {

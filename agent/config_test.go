@@ -185,6 +185,7 @@ backends:
   package_manager: dnf
   rke2: {artifact_url: "https://mirror.example.com/rke2", install_root: /opt/rke2}
 sandbox: /var/lib/grid/sandbox
+max_output_bytes: 4096
 `
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
@@ -194,7 +195,8 @@ sandbox: /var/lib/grid/sandbox
 		t.Fatal(err)
 	}
 	o := cfg.builtinOptions()
-	if o.Sandbox != "/var/lib/grid/sandbox" || len(o.FileAllowedPrefixes) != 2 || o.ResolvConfPath != "/etc/resolv.conf" {
+	// file.read returns at most what the agent passes on as output.
+	if o.Sandbox != "/var/lib/grid/sandbox" || len(o.FileAllowedPrefixes) != 2 || o.ResolvConfPath != "/etc/resolv.conf" || o.MaxOutputBytes != 4096 {
 		t.Fatalf("options %+v", o)
 	}
 	if o.PackageManager != "dnf" || o.RKE2ArtifactURL != "https://mirror.example.com/rke2" || o.RKE2InstallRoot != "/opt/rke2" {

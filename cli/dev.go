@@ -47,6 +47,14 @@ The agents never change this machine. What each backend really does here:
   rke2           check mode only (install fetches nothing but the
                  checksum file, and has no mirror unless configured);
                  stop and uninstall are off (dangerous)
+  config         real, but only inside the sandbox, like file
+  user           check mode only: it reads the host's accounts (getent, id,
+                 ~/.ssh/authorized_keys) and reports the useradd/usermod
+                 it would run or the diff it would make; absent and
+                 group_absent are off (dangerous)
+  firewall       check mode only: status and list read the host's nftables
+                 (GRID's table inet grid), allow and deny report the rule
+                 they would add; remove is off (dangerous)
   exec           off: no programs are registered`,
 		Example: `  grid dev
   grid dev --agents 10 --api-addr 127.0.0.1:9000`,

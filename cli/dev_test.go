@@ -225,6 +225,15 @@ func TestDevFleetEndToEnd(t *testing.T) {
 			t.Errorf("apt-get ran without -s (simulate) in grid dev: %s", line)
 		}
 	}
+	// user is check mode only too: the host gets no account. (getent sees
+	// the host's users as the backend does.)
+	code, out, errOut = runCLI(t, "job", "run", "--target", "node:node-1", "user", "present", "--name", "grid-dev-probe", "--wait")
+	if code != ExitOK || !strings.Contains(out, "check mode only") {
+		t.Fatalf("user present in grid dev: code %d out %q err %q", code, out, errOut)
+	}
+	if out, err := exec.Command("getent", "passwd", "grid-dev-probe").CombinedOutput(); err == nil {
+		t.Fatalf("user present from grid dev made a user on the host: %s", out)
+	}
 	// Dangerous actions are not offered at all.
 	code, _, errOut = runCLI(t, "job", "run", "--target", "node:node-1", "apt", "remove", "--package", "bash", "--wait")
 	if code != ExitUsage || !strings.Contains(errOut, "remove") {

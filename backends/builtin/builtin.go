@@ -8,19 +8,22 @@ import (
 	"github.com/gridfleet/terraform-provider-grid/backends"
 	"github.com/gridfleet/terraform-provider-grid/backends/apt"
 	"github.com/gridfleet/terraform-provider-grid/backends/cert"
+	"github.com/gridfleet/terraform-provider-grid/backends/config"
 	"github.com/gridfleet/terraform-provider-grid/backends/dns"
 	execbackend "github.com/gridfleet/terraform-provider-grid/backends/exec"
 	"github.com/gridfleet/terraform-provider-grid/backends/file"
+	"github.com/gridfleet/terraform-provider-grid/backends/firewall"
 	"github.com/gridfleet/terraform-provider-grid/backends/health"
 	"github.com/gridfleet/terraform-provider-grid/backends/journald"
 	netbackend "github.com/gridfleet/terraform-provider-grid/backends/net"
 	"github.com/gridfleet/terraform-provider-grid/backends/ping"
-	procbackend "github.com/gridfleet/terraform-provider-grid/backends/proc"
 	"github.com/gridfleet/terraform-provider-grid/backends/pkg"
+	procbackend "github.com/gridfleet/terraform-provider-grid/backends/proc"
 	"github.com/gridfleet/terraform-provider-grid/backends/rke2"
 	"github.com/gridfleet/terraform-provider-grid/backends/sysinfo"
 	"github.com/gridfleet/terraform-provider-grid/backends/systemd"
 	"github.com/gridfleet/terraform-provider-grid/backends/testbackend"
+	"github.com/gridfleet/terraform-provider-grid/backends/user"
 )
 
 // ProgramSpec registers a program for the exec backend.
@@ -44,6 +47,9 @@ type Options struct {
 	// Programs are what the exec backend may run, by name. None: the exec
 	// backend is not offered.
 	Programs map[string]ProgramSpec
+	// MaxOutputBytes is the agent's max_output_bytes: the most file.read
+	// returns. 0: the file backend's default.
+	MaxOutputBytes int
 	// Binary paths, for hosts where they are not on PATH (and tests);
 	// empty means look up the usual name, except PingPath: empty, net.ping
 	// sends ICMP echo requests itself and needs no ping binary.
@@ -72,7 +78,7 @@ func New(opts Options) (*backends.Registry, error) {
 		}
 		opts.RKE2InstallRoot = filepath.Join(sb, "rke2")
 	}
-	f, err := file.New(file.Options{AllowedPrefixes: prefixes})
+	f, err := file.New(file.Options{AllowedPrefixes: prefixes, MaxReadBytes: opts.MaxOutputBytes})
 	if err != nil {
 		return nil, err
 	}
@@ -92,6 +98,9 @@ func New(opts Options) (*backends.Registry, error) {
 		pkg.New(pkg.Options{Manager: opts.PackageManager, AptGetPath: opts.AptGetPath, DpkgQueryPath: opts.DpkgQueryPath}),
 		rke2.New(rke2.Options{ArtifactURL: opts.RKE2ArtifactURL, InstallRoot: opts.RKE2InstallRoot, SystemctlPath: opts.SystemctlPath}),
 	}
+	// config edits files through file, so it is confined to the same
+	// prefixes (or sandbox).
+	list = append(list, config.New(f), user.New(user.Options{}), firewall.New(firewall.Options{}))
 	// An exec backend without programs could run nothing; leaving it out
 	// keeps it off the node's advertised schemas.
 	if len(opts.Programs) > 0 {

@@ -20,9 +20,9 @@ func TestNew(t *testing.T) {
 		opts Options
 		want []string
 	}{
-		{"defaults", Options{}, []string{"apt", "cert", "dns", "file", "health", "journald", "net", "package", "ping", "proc", "rke2", "sysinfo", "systemd", "test"}},
+		{"defaults", Options{}, []string{"apt", "cert", "config", "dns", "file", "firewall", "health", "journald", "net", "package", "ping", "proc", "rke2", "sysinfo", "systemd", "test", "user"}},
 		{"with programs", Options{Programs: map[string]ProgramSpec{"tool": {Path: "/bin/true"}}},
-			[]string{"apt", "cert", "dns", "exec", "file", "health", "journald", "net", "package", "ping", "proc", "rke2", "sysinfo", "systemd", "test"}},
+			[]string{"apt", "cert", "config", "dns", "exec", "file", "firewall", "health", "journald", "net", "package", "ping", "proc", "rke2", "sysinfo", "systemd", "test", "user"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r, err := New(tc.opts)
@@ -67,6 +67,11 @@ func TestSandbox(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "outside") {
 		t.Errorf("stat outside sandbox: err = %v", err)
 	}
+	// config reaches files through file, so the sandbox holds it too.
+	_, err = r.Run(ctx, "config", &backends.Request{Action: "get", Params: api.Params{"path": "/etc/os-release", "key": "ID", "format": "ini"}})
+	if err == nil || !strings.Contains(err.Error(), "outside") {
+		t.Errorf("config get outside sandbox: err = %v", err)
+	}
 	if _, err := r.Run(ctx, "net", &backends.Request{Action: "dns_set", Params: api.Params{"servers": "192.0.2.1"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -82,9 +87,9 @@ func TestDangerousActionsOffByDefault(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"apt.remove", "apt.upgrade", "net.dns_set", "package.remove", "package.upgrade", "proc.signal", "rke2.stop", "rke2.uninstall", "systemd.disable", "systemd.stop"}
+	want := []string{"apt.remove", "apt.upgrade", "firewall.remove", "net.dns_set", "package.remove", "package.upgrade", "proc.signal", "rke2.stop", "rke2.uninstall", "systemd.disable", "systemd.stop", "user.absent", "user.group_absent"}
 	var got []string
-	for _, name := range []string{"apt", "file", "net", "package", "ping", "proc", "rke2", "sysinfo", "systemd", "test"} {
+	for _, name := range []string{"apt", "config", "file", "firewall", "net", "package", "ping", "proc", "rke2", "sysinfo", "systemd", "test", "user"} {
 		b, _ := r.Get(name)
 		for _, a := range b.Schema().Actions {
 			if a.Dangerous {
@@ -100,8 +105,9 @@ func TestDangerousActionsOffByDefault(t *testing.T) {
 	for _, tc := range []struct{ backend, action string }{
 		{"apt", "remove"}, {"apt", "upgrade"}, {"systemd", "stop"}, {"systemd", "disable"}, {"net", "dns_set"}, {"proc", "signal"},
 		{"package", "remove"}, {"package", "upgrade"}, {"rke2", "stop"}, {"rke2", "uninstall"},
+		{"user", "absent"}, {"user", "group_absent"}, {"firewall", "remove"},
 	} {
-		params := api.Params{"package": "cowsay", "name": "cowsay", "unit": "sshd", "servers": "192.0.2.1"}
+		params := api.Params{"package": "cowsay", "name": "cowsay", "unit": "sshd", "servers": "192.0.2.1", "port": "22"}
 		b, _ := r.Get(tc.backend)
 		a, _ := b.Schema().Action(tc.action)
 		for k := range params {

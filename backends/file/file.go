@@ -1,4 +1,5 @@
-// Package file is the file backend: write, remove, stat and mkdir, confined
+// Package file is the file backend: write, remove, stat, mkdir, read, line,
+// block and copy (from an https URL, checked against a sha256), confined
 // to configured path prefixes. Paths are resolved through symlinks before
 // the prefix check, so a link inside the prefix cannot lead a write out of
 // it, and every file operation then goes through an os.Root opened on the
@@ -14,6 +15,7 @@
 package file
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
@@ -22,16 +24,19 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net/http"
 	"os"
 	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
+	"unicode/utf8"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
 	"github.com/gridfleet/terraform-provider-grid/backends"
 	"github.com/gridfleet/terraform-provider-grid/backends/internal/atomicfile"
+	"github.com/gridfleet/terraform-provider-grid/backends/internal/textdiff"
 )
 
 // Param patterns. Modes are plain permission bits: setuid, setgid and
@@ -50,16 +55,31 @@ type Options struct {
 	// AllowedPrefixes are the absolute directories under which the backend
 	// may work. None: every path is refused.
 	AllowedPrefixes []string
+	// MaxReadBytes is the largest file read returns (the agent passes its
+	// max_output_bytes, so what read returns is never truncated);
+	// default DefaultMaxReadBytes.
+	MaxReadBytes int
+	// HTTPClient fetches copy's URLs; default: one that honours the proxy
+	// environment and the system's CA roots.
+	HTTPClient *http.Client
 }
 
 // Backend is the file backend.
 type Backend struct {
 	prefixes []string
+	maxRead  int
+	client   *http.Client
 }
 
 // New returns the file backend; every prefix must be absolute.
 func New(opts Options) (*Backend, error) {
-	b := &Backend{}
+	b := &Backend{maxRead: opts.MaxReadBytes, client: opts.HTTPClient}
+	if b.maxRead <= 0 {
+		b.maxRead = DefaultMaxReadBytes
+	}
+	if b.client == nil {
+		b.client = &http.Client{Transport: http.DefaultTransport}
+	}
 	for _, p := range opts.AllowedPrefixes {
 		if !filepath.IsAbs(p) {
 			return nil, fmt.Errorf("file backend: allowed prefix %q is not an absolute path", p)
@@ -69,8 +89,8 @@ func New(opts Options) (*Backend, error) {
 	return b, nil
 }
 
-// Schema declares write, remove, stat and mkdir.
-func (*Backend) Schema() api.BackendSchema {
+// Schema declares write, remove, stat, mkdir, read, line, block and copy.
+func (b *Backend) Schema() api.BackendSchema {
 	path := api.ParamSchema{Name: "path", Type: api.TypeString, Required: true, Pattern: PathPattern,
 		Description: "Absolute path; must lie under one of the node's allowed prefixes."}
 	owner := api.ParamSchema{Name: "owner", Type: api.TypeString, Pattern: OwnerPattern, Description: "User name or uid; default: leave as is (new files: the agent's user)."}
@@ -78,8 +98,8 @@ func (*Backend) Schema() api.BackendSchema {
 	return api.BackendSchema{
 		Name:        "file",
 		Description: "Files under the node's allowed path prefixes.",
-		Actions: []api.ActionSchema{
-			{Name: "write", Description: "Write a file atomically; no change when content and mode already match.",
+		Actions: append([]api.ActionSchema{
+			{Name: "write", Description: "Write a file atomically; no change when content and mode already match; check mode shows the diff of text content.",
 				Idempotent: true, CheckMode: true, Params: []api.ParamSchema{path,
 					{Name: "content", Type: api.TypeString, Description: "File content (empty by default)."},
 					{Name: "encoding", Type: api.TypeString, Enum: []string{"text", "base64"}, Default: "text", Description: "How content is encoded: text as is, or base64 for binary data."},
@@ -95,14 +115,14 @@ func (*Backend) Schema() api.BackendSchema {
 					{Name: "mode", Type: api.TypeString, Pattern: ModePattern, Default: "0755", Description: "Permission bits in octal."},
 					{Name: "parents", Type: api.TypeBool, Default: "true", Description: "Create missing parent directories too."},
 					owner, group}},
-		},
+		}, b.editActions(path, owner, group)...),
 	}
 }
 
 // Run executes one action.
 func (b *Backend) Run(ctx context.Context, req *backends.Request) (*backends.Result, error) {
 	switch req.Action {
-	case "write", "remove", "stat", "mkdir":
+	case "write", "remove", "stat", "mkdir", "read", "line", "block", "copy":
 	default:
 		return nil, fmt.Errorf("%w %q", backends.ErrUnknownAction, req.Action)
 	}
@@ -124,6 +144,12 @@ func (b *Backend) Run(ctx context.Context, req *backends.Request) (*backends.Res
 		res, err = b.remove(req, root, rel)
 	case "stat":
 		res, err = stat(req.Params["path"], root, rel)
+	case "read":
+		res, err = b.read(req, root, rel)
+	case "line", "block":
+		res, err = b.edit(req, root, rel, lineOrBlock(req))
+	case "copy":
+		res, err = b.copy(ctx, req, root, rel)
 	default:
 		res, err = b.mkdir(req, root, rel)
 	}
@@ -261,7 +287,12 @@ func (b *Backend) write(req *backends.Request, root *os.Root, rel string) (*back
 		return nil, fmt.Errorf("stat %s: %w", req.Params["path"], err)
 	}
 	if req.CheckMode {
-		return &backends.Result{Output: "check mode: would write " + req.Params["path"], Changed: true, Facts: facts}, nil
+		out := "check mode: would write " + req.Params["path"]
+		if d := textDiff(root, rel, req.Params["path"], data); d != "" {
+			out += "\n" + d
+			facts["diff"] = d
+		}
+		return &backends.Result{Output: out, Changed: true, Facts: facts}, nil
 	}
 	if err := atomicfile.WriteIn(root, rel, data, mode, uid, gid); err != nil {
 		return nil, fmt.Errorf("write %s: %w", req.Params["path"], err)
@@ -445,4 +476,18 @@ func ownedBy(fi os.FileInfo, uid, gid int) bool {
 		return true
 	}
 	return (uid < 0 || int(st.Uid) == uid) && (gid < 0 || int(st.Gid) == gid)
+}
+
+// textDiff is the unified diff a write would make, when both the old
+// content (if any) and the new are text small enough to edit; "" for
+// binary data, where a diff means nothing.
+func textDiff(root *os.Root, rel, name string, data []byte) string {
+	if len(data) > MaxEditBytes || !utf8.Valid(data) || bytes.IndexByte(data, 0) >= 0 {
+		return ""
+	}
+	old, err := load(root, rel, name)
+	if err != nil || !utf8.ValidString(old.data) || strings.IndexByte(old.data, 0) >= 0 {
+		return ""
+	}
+	return textdiff.Unified(name, old.data, string(data))
 }

@@ -48,13 +48,35 @@ func TestConformance(t *testing.T) {
 		Backend: b,
 		Samples: map[string]api.Params{
 			"write": {"path": p}, "remove": {"path": p}, "stat": {"path": p}, "mkdir": {"path": filepath.Join(dir, "d")},
+			"read": {"path": p}, "line": {"path": p, "line": "x"}, "block": {"path": p},
+			"copy": {"path": p, "url": "https://example.invalid/f", "sha256": strings.Repeat("0", 64)},
 		},
 		Literal: func(t *testing.T, action, param, value string) {
+			r := backends.NewRegistry().MustRegister(b)
+			switch {
+			case action == "line" && (param == "regexp" || param == "insert_after"):
+				// A pattern is compiled as RE2 and matched; one that does not
+				// compile is a clear error, never anything run.
+				_ = os.WriteFile(p, []byte("a\n"), 0o644)
+				_, err := run(t, r, "line", false, api.Params{"path": p, "line": "x", param: value})
+				if err != nil && !strings.Contains(err.Error(), "error parsing regexp") {
+					t.Errorf("line with %s %q: %v", param, value, err)
+				}
+				return
+			case action == "line" && param == "line", action == "block" && param == "block":
+				_ = os.WriteFile(p, nil, 0o644)
+				if _, err := run(t, r, action, false, api.Params{"path": p, param: value}); err != nil {
+					t.Fatalf("%s: %v", action, err)
+				}
+				if got, _ := os.ReadFile(p); !strings.Contains(string(got), value) {
+					t.Errorf("%s %s: file %q does not hold %q", action, param, got, value)
+				}
+				return
+			}
 			if action != "write" || param != "content" {
 				t.Errorf("%s.%s accepted %q", action, param, value)
 				return
 			}
-			r := backends.NewRegistry().MustRegister(b)
 			if _, err := run(t, r, "write", false, api.Params{"path": p, "content": value}); err != nil {
 				t.Fatalf("write: %v", err)
 			}

@@ -1,8 +1,12 @@
-// Package hosttest runs the apt and systemd backends against a real Debian
-// system: a container built from a debootstrap root filesystem, with
-// systemd as PID 1 and the grid agent inside, driven by a controller in
-// the test process. The container shares the host's network, so the agent
-// reaches the controller's NATS server on 127.0.0.1.
+// Package hosttest runs the apt, systemd, user and config backends against
+// a real Debian system: a container built from a debootstrap root
+// filesystem, with systemd as PID 1 and the grid agent inside, driven by a
+// controller in the test process. The container shares the host's
+// network, so the agent reaches the controller's NATS server on 127.0.0.1.
+// TestTerraformHostBaseline instead applies a Terraform config to two
+// containers on Docker's bridge, each with a network namespace (and so
+// nftables) of its own, reaching NATS on the bridge's address; it also
+// needs terraform, and apt-get to fetch nftables for the containers.
 //
 // It needs a Docker engine and, the first time, debootstrap and root to
 // build the image; it runs only with GRID_HOST_TESTS=1 (make host-test).
@@ -454,7 +458,8 @@ func waitSystemd(ct string, timeout time.Duration) (string, error) {
 // startAgent starts grid agent in the container, logging to a file.
 // startAgent starts the agent in the container, enrolling with the
 // controller's CA and join token (copied in).
-func startAgent(t *testing.T, ct, natsURL, caFile, tokenFile string) {
+// extra are more agent flags (each one word).
+func startAgent(t *testing.T, ct, natsURL, caFile, tokenFile string, extra ...string) {
 	t.Helper()
 	// --allow '*' enables the dangerous actions (apt remove, systemd stop)
 	// the test exercises; the container is disposable.
@@ -464,8 +469,8 @@ func startAgent(t *testing.T, ct, natsURL, caFile, tokenFile string) {
 		}
 	}
 	cmd := fmt.Sprintf("exec /usr/local/bin/grid agent --name %s --groups hosttest --allow '*' --nats %s --data-dir /var/lib/grid-agent"+
-		" --ca-file /etc/grid-ca.pem --join-token-file /etc/grid-join-token >/var/log/grid-agent.log 2>&1",
-		node, natsURL)
+		" --ca-file /etc/grid-ca.pem --join-token-file /etc/grid-join-token %s >/var/log/grid-agent.log 2>&1",
+		node, natsURL, strings.Join(extra, " "))
 	if out, err := exec.Command("docker", "exec", "-d", ct, "/bin/sh", "-c", cmd).CombinedOutput(); err != nil {
 		t.Fatalf("start the agent: %v: %s", err, out)
 	}

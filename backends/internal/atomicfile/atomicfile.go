@@ -5,6 +5,7 @@ package atomicfile
 import (
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -95,18 +96,9 @@ func syncDir(dir string) error {
 // cannot lead the write outside root.
 func WriteIn(root *os.Root, rel string, data []byte, mode os.FileMode, uid, gid int) error {
 	dir := filepath.Dir(rel)
-	var tmp *os.File
-	var name string
-	for try := 0; ; try++ {
-		name = filepath.Join(dir, "."+filepath.Base(rel)+".tmp-"+strconv.FormatUint(rand.Uint64(), 36)) //nolint:gosec // a temp name, not a secret
-		f, err := root.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
-		if err == nil {
-			tmp = f
-			break
-		}
-		if !errors.Is(err, os.ErrExist) || try == 10 {
-			return fmt.Errorf("create temp file: %w", err)
-		}
+	tmp, name, err := createTempIn(root, rel)
+	if err != nil {
+		return err
 	}
 	ok := false
 	defer func() {
@@ -166,4 +158,76 @@ func writeInPlaceIn(root *os.Root, rel string, data []byte) error {
 		return fmt.Errorf("fsync: %w", err)
 	}
 	return f.Close()
+}
+
+// StreamIn is WriteIn for content read from r, too large to hold in memory
+// (a download). verify runs once all of r is in the temp file and before
+// the rename: an error from it (a checksum that does not match) leaves the
+// old file in place and removes the temp file. A bind-mounted target that
+// cannot be renamed over is an error here: rewriting in place would
+// expose a half-written file.
+func StreamIn(root *os.Root, rel string, r io.Reader, mode os.FileMode, uid, gid int, verify func() error) error {
+	dir := filepath.Dir(rel)
+	tmp, name, err := createTempIn(root, rel)
+	if err != nil {
+		return err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			_ = tmp.Close()
+			_ = root.Remove(name)
+		}
+	}()
+	if _, err := io.Copy(tmp, r); err != nil {
+		return fmt.Errorf("write %s: %w", name, err)
+	}
+	if verify != nil {
+		if err := verify(); err != nil {
+			return err
+		}
+	}
+	if err := tmp.Chmod(mode); err != nil {
+		return fmt.Errorf("chmod: %w", err)
+	}
+	if uid >= 0 || gid >= 0 {
+		if err := tmp.Chown(uid, gid); err != nil {
+			return fmt.Errorf("chown: %w", err)
+		}
+	}
+	if err := tmp.Sync(); err != nil {
+		return fmt.Errorf("fsync: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("close: %w", err)
+	}
+	if err := root.Rename(name, rel); err != nil {
+		return fmt.Errorf("rename into place: %w", err)
+	}
+	ok = true
+	d, err := root.Open(dir)
+	if err != nil {
+		return fmt.Errorf("open dir for fsync: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("fsync dir: %w", err)
+	}
+	return nil
+}
+
+// createTempIn makes a new temp file beside rel, beneath root, readable by
+// its owner only until its mode is set.
+func createTempIn(root *os.Root, rel string) (*os.File, string, error) {
+	dir := filepath.Dir(rel)
+	for try := 0; ; try++ {
+		name := filepath.Join(dir, "."+filepath.Base(rel)+".tmp-"+strconv.FormatUint(rand.Uint64(), 36)) //nolint:gosec // a temp name, not a secret
+		f, err := root.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+		if err == nil {
+			return f, name, nil
+		}
+		if !errors.Is(err, os.ErrExist) || try == 10 {
+			return nil, "", fmt.Errorf("create temp file: %w", err)
+		}
+	}
 }

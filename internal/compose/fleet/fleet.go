@@ -55,13 +55,13 @@ func DefaultGroups(i int) []string {
 // DevCheckOnly are the backends a dev fleet's agents run only in check
 // mode: they act on the real host, so there they report what they would
 // change and change nothing.
-var DevCheckOnly = []string{"apt", "package", "rke2", "systemd"}
+var DevCheckOnly = []string{"apt", "package", "rke2", "systemd", "user", "firewall"}
 
 // DevAgent configures an agent of grid dev so that it never changes the
-// host: apt, package, rke2 and systemd run in check mode only; file and
-// net's resolver file stay in the agent's sandbox (every fleet agent has
-// one); dangerous actions stay off (no allow list) and exec has no
-// programs.
+// host: apt, package, rke2, systemd, user and firewall run in check mode
+// only; file, config and net's resolver file stay in the agent's sandbox
+// (every fleet agent has one); dangerous actions stay off (no allow list)
+// and exec has no programs.
 func DevAgent(_ int, cfg *agent.Config) {
 	cfg.CheckOnly = DevCheckOnly
 	cfg.Allow = nil
