@@ -198,7 +198,7 @@ func (r *jobResource) detectDrift(ctx context.Context, m *jobResourceModel, job 
 			check.ID, strings.Join(o.unreachable, ", ")))
 	}
 	if len(o.unsure) > 0 {
-		diags.AddWarning("Drift Check Failed On Nodes", fmt.Sprintf("On %s a step of check job %s failed, so it cannot tell whether they drifted; `grid job get %s` shows why.",
+		diags.AddWarning("Drift Check Failed On Nodes", fmt.Sprintf("On %s a step of check job %s failed, so it cannot tell whether they drifted; `grid job status %s` shows why.",
 			strings.Join(o.unsure, ", "), check.ID, check.ID))
 	}
 }

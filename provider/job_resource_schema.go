@@ -239,7 +239,7 @@ func (r *jobResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp
 			"results_detail": schema.StringAttribute{
 				MarkdownDescription: "What state keeps of the job's results: `full` (each node's status, output, error, changed, duration and attempts of every step) or `summary` " +
 					"(the steps, `summary` and `unreachable_nodes`; each step's `nodes` is null). Every value in state costs time in each plan, so a job over hundreds " +
-					"of nodes plans in a fraction of the time with `summary`; read one node's output with the `grid_job` data source or `grid job get`. " +
+					"of nodes plans in a fraction of the time with `summary`; read one node's output with the `grid_job` data source or `grid job status`. " +
 					"Changing it runs nothing. Defaults to `full`.",
 				Optional:   true,
 				Computed:   true,
