@@ -148,27 +148,6 @@ backends:
 	})
 }
 
-// runFailing submits one action that must fail, and returns its result.
-func runFailing(t *testing.T, c *api.Client, backend, action string, params api.Params) *api.NodeResult {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	sub, err := c.SubmitJob(ctx, &api.JobSpec{Target: api.Target{Scope: api.ScopeNode, Value: node},
-		Tasks: []api.Phase{{Backend: backend, Action: action, Params: params}}})
-	if err != nil {
-		t.Fatalf("submit %s.%s: %v", backend, action, err)
-	}
-	j, err := c.WaitJob(ctx, sub.ID)
-	if err != nil {
-		t.Fatalf("wait for %s.%s: %v", backend, action, err)
-	}
-	r := j.Results.Node(0, node)
-	if r == nil || r.Status != api.StepFailed {
-		t.Fatalf("%s.%s %v: want a failure, got job %s, result %+v", backend, action, params, j.Status, r)
-	}
-	return r
-}
-
 // serveRKE2 serves, on 127.0.0.1 (which the container shares), a mirror of
 // two fake RKE2 releases laid out as the real ones are; the second one's
 // checksum file publishes a sum its tarball does not have. It returns the
