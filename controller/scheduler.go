@@ -127,12 +127,20 @@ func (c *Controller) claim(ctx context.Context, m jetstream.Msg) bool {
 		c.putBackUntilDue(m, id, notYet)
 		return false
 	}
+	// A job started by this claim (not one resumed below) gets its
+	// job.start record.
+	claimedNow := started
 	if !started && job.Status == api.JobRunning && job.Owner == c.id && c.localRun(id) == nil {
 		// An earlier claim's write landed but its answer was lost (a
 		// stream failing over): the job is ours, yet nothing runs it, and
 		// no peer takes over from a live owner. Run it now.
 		c.log.Info("resuming a job whose claim was stored without an answer", "job", id)
 		started = true
+	}
+	if started && claimedNow {
+		c.record(api.AuditRecord{Action: api.AuditJobStart, Resource: id, Job: id,
+			Summary: &api.JobSummary{Targeted: len(job.Expected) + len(job.Unreachable), Unreachable: len(job.Unreachable)},
+			Detail:  fmt.Sprintf("submitted by %s; started on %d node(s), %d unreachable", job.SubmittedBy, len(job.Expected), len(job.Unreachable))})
 	}
 	if started {
 		// Refused once shutdown began: the job stays running and owned
