@@ -141,6 +141,9 @@ func (c *AuditChain) Next(r AuditRecord) error {
 		return &AuditBreak{Seq: r.Seq, Reason: fmt.Sprintf("its hash %.12s… does not match its content (%.12s…): the record was edited", r.Hash, h)}
 	}
 	if c.Count > 0 {
+		if r.Seq <= c.Last {
+			return &AuditBreak{Seq: r.Seq, Reason: fmt.Sprintf("comes after seq %d: a record was slipped in, or the chain reordered", c.Last)}
+		}
 		if r.Seq != c.Last+1 {
 			return &AuditBreak{Seq: r.Seq, Reason: fmt.Sprintf("follows seq %d: records %d to %d are missing", c.Last, c.Last+1, r.Seq-1)}
 		}
