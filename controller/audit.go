@@ -322,10 +322,8 @@ func sourceOf(remote string) string {
 // many were left out.
 const (
 	authFailPerSource = 10
-	authFailTotal     = 100
-	// authFailSources bounds the sources tracked in one minute; beyond
-	// it only the total limit applies.
-	authFailSources = 4096
+	// authFailTotal also bounds the sources tracked in a minute.
+	authFailTotal = 100
 )
 
 // authFailLimiter counts failed authentications per source within the
@@ -351,9 +349,7 @@ func (l *authFailLimiter) allow(source string, now time.Time) (bool, int64) {
 		l.dropped++
 		return false, 0
 	}
-	if len(l.sources) < authFailSources || n > 0 {
-		l.sources[source] = n + 1
-	}
+	l.sources[source] = n + 1
 	l.total++
 	d := l.dropped
 	l.dropped = 0
@@ -442,6 +438,8 @@ func auditScheduleParams(spec *api.ScheduleSpec) map[string]any {
 const (
 	defaultAuditLimit = 100
 	maxAuditLimit     = 1000
+	// auditReadTries bounds the attempts at reading one page.
+	auditReadTries = 5
 )
 
 // parseAuditQuery reads GET /audit's query parameters.
@@ -512,7 +510,21 @@ func (c *Controller) handleAudit(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
 	defer cancel()
-	page, err := c.auditPage(ctx, q)
+	var page *api.AuditPage
+	for try := 1; ; try++ {
+		// A consumer just made in a cluster may not be heard yet by the
+		// server this controller talks to ("no responders"), and a stream
+		// that just changed leader answers nothing for a moment: a fresh
+		// consumer after a pause takes care of both.
+		if page, err = c.auditPage(ctx, q); err == nil || try == auditReadTries || ctx.Err() != nil {
+			break
+		}
+		c.log.Debug("read audit records; trying again", "try", try, "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Duration(try) * 200 * time.Millisecond):
+		}
+	}
 	if err != nil {
 		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("read the audit trail: %v", err))
 		return
@@ -550,6 +562,15 @@ func (c *Controller) auditPage(ctx context.Context, q api.AuditQuery) (*api.Audi
 	if err != nil {
 		return nil, err
 	}
+	defer func() {
+		// Gone now rather than after the server's inactivity threshold:
+		// paging through a long trail makes one per page.
+		if info := cons.CachedInfo(); info != nil {
+			dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			_ = s.DeleteConsumer(dctx, info.Name)
+		}
+	}()
 	for {
 		m, err := cons.Next(jetstream.FetchContext(ctx))
 		if err != nil {

@@ -421,3 +421,59 @@ func TestAuditAgentCannotWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// With the audit stream gone, a change is not made: the call whose record
+// cannot be written answers 503 saying so, and every call after it is
+// refused with 503 before it acts. Reads still answer.
+func TestAuditFailsClosed(t *testing.T) {
+	f := fleettest.Start(t, fleet.Options{Agents: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	admin := f.Client()
+	makeToken(t, admin, "before", api.RoleRead)
+	if err := fleettest.JetStream(t, f).DeleteStream(ctx, api.StreamAudit); err != nil {
+		t.Fatal(err)
+	}
+	var ae *api.Error
+	// The head was known: the call acts, then its record fails.
+	_, err := admin.CreateToken(ctx, "during", api.RoleRead)
+	if !errors.As(err, &ae) || ae.StatusCode != http.StatusServiceUnavailable || !strings.Contains(ae.Error(), "audit record could not be written") {
+		t.Fatalf("create token with the audit stream gone: %v, want 503 saying the record could not be written", err)
+	}
+	for _, name := range []string{"after-1", "after-2"} {
+		_, err := admin.CreateToken(ctx, name, api.RoleRead)
+		if !errors.As(err, &ae) || ae.StatusCode != http.StatusServiceUnavailable || !strings.Contains(ae.Error(), "refused") {
+			t.Fatalf("create token %s: %v, want 503 refused before acting", name, err)
+		}
+	}
+	ts, err := admin.ListTokens(ctx)
+	if err != nil {
+		t.Fatalf("a read with the audit stream gone: %v", err)
+	}
+	for _, tk := range ts {
+		if strings.HasPrefix(tk.Name, "after-") {
+			t.Errorf("token %s was created without its record", tk.Name)
+		}
+	}
+}
+
+// Failed authentications are recorded up to the per-source limit a minute;
+// the rest are dropped and counted, so a scan cannot flood the trail.
+func TestAuditFailedAuthRateLimited(t *testing.T) {
+	f := fleettest.Start(t, fleet.Options{Agents: 1})
+	for i := range 25 {
+		if code, _ := rawCall(t, f.Controller, "POST", "/job", fmt.Sprintf("guess-%d", i), nil); code != http.StatusUnauthorized {
+			t.Fatalf("guess %d: %d, want 401", i, code)
+		}
+	}
+	got := auditRecords(t, f.Client(), api.AuditQuery{Action: api.AuditAuthFailed})
+	// A minute boundary in the middle lets up to twice the limit in.
+	if len(got) < 10 || len(got) > 20 {
+		t.Fatalf("%d auth.failed records for 25 failures from one source, want 10 (20 across a minute boundary)", len(got))
+	}
+	for _, r := range got {
+		if r.Outcome != http.StatusUnauthorized || r.Remote == "" || r.Route != "POST /job" {
+			t.Fatalf("auth.failed record %+v: want outcome 401, the remote address and the route", r)
+		}
+	}
+}
