@@ -512,10 +512,8 @@ func (c *Controller) handleAudit(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	var page *api.AuditPage
 	for try := 1; ; try++ {
-		// A consumer just made in a cluster may not be heard yet by the
-		// server this controller talks to ("no responders"), and a stream
-		// that just changed leader answers nothing for a moment: a fresh
-		// consumer after a pause takes care of both.
+		// A stream that just changed leader answers nothing for a
+		// moment.
 		if page, err = c.auditPage(ctx, q); err == nil || try == auditReadTries || ctx.Err() != nil {
 			break
 		}
@@ -532,8 +530,15 @@ func (c *Controller) handleAudit(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, page)
 }
 
+// auditScan bounds the records one GET /audit reads; a page that stops
+// there has a next cursor even with fewer records than its limit.
+const auditScan = 5000
+
 // auditPage reads the records of one page, up to the stream's last record
-// when the call began.
+// when the call began. Records are read one by one from the stream's
+// leader (a message get), not through a consumer: a consumer of one
+// replica may be placed on a server that is down, while a get is answered
+// by whichever server leads the stream now.
 func (c *Controller) auditPage(ctx context.Context, q api.AuditQuery) (*api.AuditPage, error) {
 	s, err := c.js.Stream(ctx, api.StreamAudit)
 	if err != nil {
@@ -544,56 +549,58 @@ func (c *Controller) auditPage(ctx context.Context, q api.AuditQuery) (*api.Audi
 	if st.Msgs == 0 || q.After >= st.LastSeq {
 		return page, nil
 	}
-	cfg := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: max(q.After+1, st.FirstSeq)}
+	seq := max(q.After+1, st.FirstSeq)
 	if q.After == 0 && !q.Since.IsZero() {
-		// Nothing at or after since: the consumer would wait for it.
-		last, err := s.GetMsg(ctx, st.LastSeq)
-		if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		if seq, err = auditSeqAt(ctx, s, q.Since, seq, st.LastSeq); err != nil {
 			return nil, err
 		}
-		if last == nil || last.Time.Before(q.Since) {
-			return page, nil
-		}
-		// Records are appended in time order (each controller's clock):
-		// start near since rather than from the first record.
-		cfg = jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &q.Since}
 	}
-	cons, err := s.OrderedConsumer(ctx, cfg)
-	if err != nil {
-		return nil, err
-	}
-	defer func() {
-		// Gone now rather than after the server's inactivity threshold:
-		// paging through a long trail makes one per page.
-		if info := cons.CachedInfo(); info != nil {
-			dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			defer cancel()
-			_ = s.DeleteConsumer(dctx, info.Name)
+	for scanned := 0; seq <= st.LastSeq; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue // expired meanwhile
 		}
-	}()
-	for {
-		m, err := cons.Next(jetstream.FetchContext(ctx))
 		if err != nil {
 			return nil, err
 		}
-		md, err := m.Metadata()
-		if err != nil {
-			return nil, err
-		}
-		seq := md.Sequence.Stream
 		var rec api.AuditRecord
-		if err := json.Unmarshal(m.Data(), &rec); err != nil {
+		if err := json.Unmarshal(m.Data, &rec); err != nil {
 			rec = api.AuditRecord{Seq: seq, Detail: "not an audit record: " + err.Error()}
+		}
+		if !q.Until.IsZero() && !m.Time.Before(q.Until) && !rec.Time.Before(q.Until) {
+			return page, nil // stored in order: nothing later is before until
 		}
 		if auditMatches(q, rec) {
 			page.Records = append(page.Records, rec)
 		}
-		if seq >= st.LastSeq {
-			return page, nil
-		}
-		if len(page.Records) >= q.Limit {
+		scanned++
+		if seq < st.LastSeq && (len(page.Records) >= q.Limit || scanned >= auditScan) {
 			page.Next = seq
 			return page, nil
 		}
 	}
+	return page, nil
+}
+
+// auditSeqAt finds the first seq in [lo, hi] stored at or after t, by
+// halving (records are stored in time order), or hi+1 when there is none.
+func auditSeqAt(ctx context.Context, s jetstream.Stream, t time.Time, lo, hi uint64) (uint64, error) {
+	end := hi + 1
+	for lo < end {
+		mid := lo + (end-lo)/2
+		m, err := s.GetMsg(ctx, mid)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			lo = mid + 1 // expired: older than anything kept
+			continue
+		}
+		if err != nil {
+			return 0, err
+		}
+		if m.Time.Before(t) {
+			lo = mid + 1
+		} else {
+			end = mid
+		}
+	}
+	return lo, nil
 }
