@@ -477,3 +477,44 @@ func TestAuditFailedAuthRateLimited(t *testing.T) {
 		}
 	}
 }
+
+// A schedule's life is recorded: created, paused, resumed and deleted by
+// the token that did it, and each tick fired naming its job, by the
+// controller.
+func TestAuditScheduleLifecycle(t *testing.T) {
+	f := fleettest.Start(t, fleet.Options{Agents: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	ops := f.ClientWithToken(makeToken(t, f.Client(), "ops", api.RoleOperator))
+	if _, err := ops.CreateSchedule(ctx, everySecond("beat")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "two ticks fired", func() bool {
+		return len(auditRecords(t, f.Client(), api.AuditQuery{Action: api.AuditScheduleTick})) >= 2
+	})
+	for _, step := range []func() error{
+		func() error { _, err := ops.PauseSchedule(ctx, "beat"); return err },
+		func() error { _, err := ops.ResumeSchedule(ctx, "beat"); return err },
+		func() error { return ops.DeleteSchedule(ctx, "beat") },
+	} {
+		if err := step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var calls []string
+	for _, r := range auditRecords(t, f.Client(), api.AuditQuery{Actor: "ops"}) {
+		calls = append(calls, r.Action+" "+r.Resource)
+	}
+	want := []string{"schedule.create beat", "schedule.pause beat", "schedule.resume beat", "schedule.delete beat"}
+	if fmt.Sprint(calls) != fmt.Sprint(want) {
+		t.Fatalf("ops's records %q, want %q", calls, want)
+	}
+	for _, r := range auditRecords(t, f.Client(), api.AuditQuery{Action: api.AuditScheduleTick}) {
+		if r.Resource != "beat" || r.Job == "" || !strings.HasPrefix(r.Actor, "controller:") || !strings.Contains(r.Detail, "as ops") {
+			t.Fatalf("tick record %+v: want schedule beat, its job, by the controller for ops", r)
+		}
+		if j, err := f.Client().GetJob(ctx, r.Job); err != nil || j.ScheduleID != "beat" {
+			t.Fatalf("tick's job %s: %v", r.Job, err)
+		}
+	}
+}
