@@ -84,7 +84,7 @@ type AuditRecord struct {
 	// Detail is a short free text: a job's status, why a tick was
 	// skipped, how many failed authentications were dropped.
 	Detail string `json:"detail,omitempty"`
-	// Remote is the caller's address, for refused calls.
+	// Remote is the address an API call came from.
 	Remote string `json:"remote,omitempty"`
 	// Controller is the controller that wrote the record.
 	Controller string `json:"controller,omitempty"`
