@@ -536,9 +536,10 @@ const auditScan = 5000
 
 // auditPage reads the records of one page, up to the stream's last record
 // when the call began. Records are read one by one from the stream's
-// leader (a message get), not through a consumer: a consumer of one
-// replica may be placed on a server that is down, while a get is answered
-// by whichever server leads the stream now.
+// leader (a message get), not through a consumer: after a controller's
+// kill in a cluster, reads through an ephemeral consumer failed with "no
+// responders" (likely one placed with the dead server), while a get is
+// answered by whichever server leads the stream now.
 func (c *Controller) auditPage(ctx context.Context, q api.AuditQuery) (*api.AuditPage, error) {
 	s, err := c.js.Stream(ctx, api.StreamAudit)
 	if err != nil {
