@@ -21,7 +21,8 @@ const (
 	RoleRead Role = "read"
 	// RoleOperator may also submit, cancel and retry jobs.
 	RoleOperator Role = "operator"
-	// RoleAdmin may also manage tokens and nodes, and submit dangerous
+	// RoleAdmin may also manage tokens and nodes, read the audit trail
+	// (GET /audit), and submit dangerous
 	// actions (see the controller's dangerous_roles).
 	RoleAdmin Role = "admin"
 )
