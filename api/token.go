@@ -22,8 +22,8 @@ const (
 	// RoleOperator may also submit, cancel and retry jobs.
 	RoleOperator Role = "operator"
 	// RoleAdmin may also manage tokens and nodes, read the audit trail
-	// (GET /audit), and submit dangerous
-	// actions (see the controller's dangerous_roles).
+	// (GET /audit), and submit dangerous actions (see the controller's
+	// dangerous_roles).
 	RoleAdmin Role = "admin"
 )
 
