@@ -298,8 +298,8 @@ func (c *Controller) recordRefusal(r *http.Request, rt route, p principal, code 
 			return
 		}
 		if dropped > 0 {
-			rec.Detail = fmt.Sprintf("%d failed authentications before this one were not recorded (more than %d a minute from one source, or %d from all)",
-				dropped, authFailPerSource, authFailTotal)
+			rec.Detail = fmt.Sprintf("%d failed authentications before this one were not recorded (more than %d a minute from one source, %d a minute or %d a day from all)",
+				dropped, authFailPerSource, authFailTotal, authFailPerDay)
 		}
 	}
 	if _, err := c.audit.append(r.Context(), rec); err != nil {
@@ -320,10 +320,16 @@ func sourceOf(remote string) string {
 // token must not flood the trail (nor the stream's cap, which would then
 // refuse every change). The rest are counted, and the next record says how
 // many were left out.
+//
+// The daily bound keeps what unauthenticated callers can add to the trail
+// to some 1,000 records (under 0.5 MB) a day however long a scan goes on:
+// about a sixth of the default audit_max_bytes over audit_retention, so
+// that a scan cannot fill the stream and, through it, refuse every change.
 const (
 	authFailPerSource = 10
 	// authFailTotal also bounds the sources tracked in a minute.
-	authFailTotal = 100
+	authFailTotal  = 100
+	authFailPerDay = 1000
 )
 
 // authFailLimiter counts failed authentications per source within the
@@ -333,6 +339,8 @@ type authFailLimiter struct {
 	window  time.Time
 	total   int
 	sources map[string]int
+	day     time.Time
+	today   int
 	dropped int64
 }
 
@@ -344,13 +352,17 @@ func (l *authFailLimiter) allow(source string, now time.Time) (bool, int64) {
 	if w := now.Truncate(time.Minute); !w.Equal(l.window) || l.sources == nil {
 		l.window, l.total, l.sources = w, 0, map[string]int{}
 	}
+	if d := now.Truncate(24 * time.Hour); !d.Equal(l.day) {
+		l.day, l.today = d, 0
+	}
 	n := l.sources[source]
-	if l.total >= authFailTotal || n >= authFailPerSource {
+	if l.total >= authFailTotal || n >= authFailPerSource || l.today >= authFailPerDay {
 		l.dropped++
 		return false, 0
 	}
 	l.sources[source] = n + 1
 	l.total++
+	l.today++
 	d := l.dropped
 	l.dropped = 0
 	return true, d

@@ -32,6 +32,16 @@ func TestAuthFailLimiter(t *testing.T) {
 			{"k", 5, time.Second, 0, 0},
 			{"k", 1, time.Minute, 1, 5},
 		}},
+		{"a long scan over the day's bound", func() []step {
+			// 100 a minute from ten sources for ten minutes fills the day.
+			var steps []step
+			for m := range 10 {
+				for _, src := range []string{"a", "b", "c", "d", "e", "f", "g", "h", "i", "j"} {
+					steps = append(steps, step{src, 10, time.Duration(m) * time.Minute, 10, 0})
+				}
+			}
+			return append(steps, step{"k", 3, 11 * time.Minute, 0, 0}, step{"k", 1, 24 * time.Hour, 1, 3})
+		}()},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var l authFailLimiter
