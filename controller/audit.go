@@ -30,11 +30,15 @@ type auditLog struct {
 	controller string
 
 	// mu serialises this controller's appends; head is the last record
-	// it knows of (known false: read it from the stream first).
+	// it knows of (known false: read it from the stream first). read is
+	// when the stream was last looked at, full whether it then had no
+	// room for another record.
 	mu       sync.Mutex
 	known    bool
 	lastSeq  uint64
 	lastHash string
+	read     time.Time
+	full     error
 
 	// failed rate-limits the records of failed authentications.
 	failed authFailLimiter
@@ -56,15 +60,22 @@ const auditTimeout = 10 * time.Second
 // cap, bus.AuditMaxMsgSize).
 const maxAuditParams = 16 << 10
 
-// ready makes sure the chain's head is known, reading it from the stream if
-// need be: a mutating call is refused (503) when this fails, before it acts.
+// auditRecheck is how often ready looks at the stream again while the head
+// is known: to find it full before a call acts rather than after.
+const auditRecheck = 2 * time.Second
+
+// ready makes sure the chain's head is known and the stream has room,
+// reading it from the stream if need be: a mutating call is refused (503)
+// when this fails, before it acts.
 func (a *auditLog) ready(ctx context.Context) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.known {
-		return nil
+	if !a.known || time.Since(a.read) > auditRecheck || a.full != nil {
+		if err := a.readHead(ctx); err != nil {
+			return err
+		}
 	}
-	return a.readHead(ctx)
+	return a.full
 }
 
 // readHead reads the stream's last record. Called with mu held.
@@ -73,7 +84,15 @@ func (a *auditLog) readHead(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("%w: audit stream: %w", errAuditUnavailable, err)
 	}
-	last := s.CachedInfo().State.LastSeq
+	info := s.CachedInfo()
+	last := info.State.LastSeq
+	a.full = nil
+	if cfg := info.Config; cfg.MaxBytes > 0 && int64(info.State.Bytes)+int64(max(cfg.MaxMsgSize, 0)) > cfg.MaxBytes {
+		// The next record might not fit (JetStream refuses one that
+		// passes the cap).
+		a.full = fmt.Errorf("%w: the audit stream is full (%d of its %d bytes, audit_max_bytes): raise audit_max_bytes or shorten audit_retention",
+			errAuditUnavailable, info.State.Bytes, cfg.MaxBytes)
+	}
 	hash := ""
 	if last > 0 {
 		m, err := s.GetMsg(ctx, last)
@@ -93,7 +112,7 @@ func (a *auditLog) readHead(ctx context.Context) error {
 			hash = rec.Hash
 		}
 	}
-	a.lastSeq, a.lastHash, a.known = last, hash, true
+	a.lastSeq, a.lastHash, a.known, a.read = last, hash, true, time.Now()
 	return nil
 }
 

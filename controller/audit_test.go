@@ -457,6 +457,52 @@ func TestAuditFailsClosed(t *testing.T) {
 	}
 }
 
+// A full audit stream refuses changes before they are made, naming
+// audit_max_bytes; every token created has its record.
+func TestAuditFullStreamRefusesChanges(t *testing.T) {
+	f := fleettest.Start(t, fleet.Options{Agents: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	admin := f.Client()
+	makeToken(t, admin, "before", api.RoleRead)
+	js := fleettest.JetStream(t, f)
+	s, err := js.Stream(ctx, api.StreamAudit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info := s.CachedInfo()
+	cfg := info.Config
+	// Room for a few more records, less than one of the largest.
+	cfg.MaxBytes = int64(info.State.Bytes) + 2000
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	f.Controller.LookAtAuditNow()
+	var ae *api.Error
+	_, err = admin.CreateToken(ctx, "after", api.RoleRead)
+	if !errors.As(err, &ae) || ae.StatusCode != http.StatusServiceUnavailable || !strings.Contains(ae.Error(), "audit_max_bytes") {
+		t.Fatalf("create token with the audit stream full: %v, want 503 naming audit_max_bytes", err)
+	}
+	ts, err := admin.ListTokens(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recorded := map[string]bool{}
+	for _, r := range auditRecords(t, admin, api.AuditQuery{Action: api.AuditTokenCreate}) {
+		recorded[r.Resource] = r.Outcome == http.StatusCreated
+	}
+	for _, tk := range ts {
+		if tk.Name == "after" {
+			t.Errorf("token %s was created with the audit stream full", tk.Name)
+		}
+		// The controllers make their admin tokens themselves, not through
+		// the API.
+		if !strings.HasPrefix(tk.Name, "admin") && !recorded[tk.Name] {
+			t.Errorf("token %s has no token.create record", tk.Name)
+		}
+	}
+}
+
 // Failed authentications are recorded up to the per-source limit a minute;
 // the rest are dropped and counted, so a scan cannot flood the trail.
 func TestAuditFailedAuthRateLimited(t *testing.T) {
