@@ -189,6 +189,7 @@ type auditNote struct {
 	job      string
 	node     string
 	params   any
+	detail   string
 }
 
 type auditNoteKey struct{}
@@ -255,7 +256,7 @@ func (c *Controller) auditedCall(w http.ResponseWriter, r *http.Request, rt rout
 	c.log.Info("API call", "method", r.Method, "path", r.URL.Path, "by", p.Name, "role", p.Role, "status", bw.code)
 
 	rec := api.AuditRecord{Actor: p.Name, Role: p.Role, Action: auditAction(rt.pattern), Route: rt.pattern, Outcome: bw.code,
-		Resource: note.resource, Job: note.job, Node: note.node, Remote: r.RemoteAddr}
+		Resource: note.resource, Job: note.job, Node: note.node, Detail: note.detail, Remote: r.RemoteAddr}
 	if note.action != "" {
 		rec.Action = note.action
 	}
