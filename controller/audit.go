@@ -127,6 +127,10 @@ func (a *auditLog) append(ctx context.Context, rec api.AuditRecord) (api.AuditRe
 	if len(rec.Params) > maxAuditParams {
 		rec.Params = json.RawMessage(`{"omitted_bytes":` + strconv.Itoa(len(rec.Params)) + `}`)
 	}
+	// One id for every try: a try whose answer was lost but that was
+	// stored makes the next try a duplicate JetStream drops (within its
+	// deduplication window), instead of a second copy of the record.
+	msgID := "audit-" + randomID(12)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	var err error
@@ -146,10 +150,14 @@ func (a *auditLog) append(ctx context.Context, rec api.AuditRecord) (api.AuditRe
 		}
 		var ack *jetstream.PubAck
 		ack, err = a.js.Publish(ctx, api.SubjectAudit, data, jetstream.WithExpectStream(api.StreamAudit),
-			jetstream.WithExpectLastSequence(a.lastSeq))
+			jetstream.WithExpectLastSequence(a.lastSeq), jetstream.WithMsgID(msgID))
 		if err == nil && ack.Sequence == rec.Seq {
 			a.lastSeq, a.lastHash = rec.Seq, rec.Hash
 			return rec, nil
+		}
+		if err == nil && ack.Duplicate {
+			// An earlier try landed: that is the record.
+			return a.stored(ctx, ack.Sequence)
 		}
 		// Another controller appended first (wrong last sequence), or the
 		// answer was lost: read the head again before the next try.
@@ -162,6 +170,25 @@ func (a *auditLog) append(ctx context.Context, rec api.AuditRecord) (api.AuditRe
 		}
 	}
 	return rec, fmt.Errorf("%w: %w", errAuditUnavailable, err)
+}
+
+// stored reads the record at seq, stored by an earlier try of an append
+// whose answer was lost. Called with mu held.
+func (a *auditLog) stored(ctx context.Context, seq uint64) (api.AuditRecord, error) {
+	var rec api.AuditRecord
+	s, err := a.js.Stream(ctx, api.StreamAudit)
+	if err != nil {
+		return rec, fmt.Errorf("%w: %w", errAuditUnavailable, err)
+	}
+	m, err := s.GetMsg(ctx, seq)
+	if err != nil {
+		return rec, fmt.Errorf("%w: read audit record %d: %w", errAuditUnavailable, seq, err)
+	}
+	if err := json.Unmarshal(m.Data, &rec); err != nil {
+		return rec, fmt.Errorf("%w: audit record %d: %w", errAuditUnavailable, seq, err)
+	}
+	a.known = false // the head may be past it by now
+	return rec, nil
 }
 
 // record writes a record of something the controller did by itself (a
