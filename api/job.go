@@ -128,6 +128,8 @@ type Job struct {
 	// SubmittedBy is the name of the API token that submitted the job; the
 	// controller sets it, a submission cannot.
 	SubmittedBy string `json:"submitted_by,omitempty"`
+	// CancelledBy is the name of the API token that cancelled the job.
+	CancelledBy string `json:"cancelled_by,omitempty"`
 	TraceID     string `json:"trace_id,omitempty"`
 	// TraceParent is the W3C traceparent of the request that submitted the
 	// job; the controller that runs it continues that trace.

@@ -37,6 +37,9 @@ const (
 	// StoppedByJobTimeout is what a node's result says of a task the job's
 	// timeout stopped.
 	StoppedByJobTimeout = "stopped by the job's timeout"
+	// CancelledByHeader names the API token of a cancel by request, which
+	// the job's owner stores as its cancelled_by.
+	CancelledByHeader = "Grid-Cancelled-By"
 )
 
 // RetryRequest is the optional body of POST /job/{id}/retry.

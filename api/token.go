@@ -21,8 +21,9 @@ const (
 	RoleRead Role = "read"
 	// RoleOperator may also submit, cancel and retry jobs.
 	RoleOperator Role = "operator"
-	// RoleAdmin may also manage tokens and nodes, and submit dangerous
-	// actions (see the controller's dangerous_roles).
+	// RoleAdmin may also manage tokens and nodes, read the audit trail
+	// (GET /audit), and submit dangerous actions (see the controller's
+	// dangerous_roles).
 	RoleAdmin Role = "admin"
 )
 

@@ -234,7 +234,16 @@ func (c shCommand) gridArgs() ([][]string, bool) {
 		return nil, false
 	}
 	lists := [][]string{nil}
-	for _, w := range c.words[1:] {
+	words := c.words[1:]
+	// An output redirection (grid audit export > file) is the shell's, not
+	// the command's.
+	for i, w := range words {
+		if !w.quoted() && (w.s == ">" || w.s == ">>") {
+			words = words[:i]
+			break
+		}
+	}
+	for _, w := range words {
 		alts := []string{w.s}
 		if !w.quoted() && strings.Contains(w.s, "|") {
 			alts = strings.Split(w.s, "|")
@@ -511,6 +520,7 @@ func TestReadmeShellSplitting(t *testing.T) {
 		`  --name ctl-1 # the first`,
 		`grid dev &`,
 		`grid schedule pause|resume nightly --note 'a|b # c'`,
+		`grid audit export --since 24h > 'audit.jsonl'`,
 		`# grid not-a-command`,
 	}}
 	cmds, err := shellCommands(b)
@@ -533,6 +543,7 @@ func TestReadmeShellSplitting(t *testing.T) {
 		`13:["dev"]`,
 		`14:["schedule" "pause" "nightly" "--note" "a|b # c"]`,
 		`14:["schedule" "resume" "nightly" "--note" "a|b # c"]`,
+		`15:["audit" "export" "--since" "24h"]`,
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))

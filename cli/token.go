@@ -21,7 +21,7 @@ refuses a revoked one at once. Roles, each including the ones before it:
   metrics   GET /metrics only
   read      every GET: jobs, nodes, status, backends
   operator  also submit and cancel jobs
-  admin     also manage tokens, and submit dangerous actions
+  admin     also manage tokens, read the audit trail, and submit dangerous actions
 
 The first admin token is in the controller's data dir, file admin-token.`,
 	}

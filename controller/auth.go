@@ -58,7 +58,9 @@ func principalFrom(ctx context.Context) principal {
 
 // authorize wraps a route's handler with the token check: 401 when the
 // token is missing, unknown or revoked, 403 when its role is too weak. Every
-// call that is not a GET is logged with the token's name (never the token).
+// call that is not a GET is logged with the token's name (never the token)
+// and recorded in the audit trail before it is answered (audit.go); so are
+// the refusals.
 func (c *Controller) authorize(rt route) http.Handler {
 	if rt.role == public {
 		return rt.handler
@@ -72,6 +74,7 @@ func (c *Controller) authorize(rt route) http.Handler {
 			c.metrics.apiRefused.WithLabelValues(http.StatusText(code)).Inc()
 			c.log.Warn("API call refused", "method", r.Method, "path", r.URL.Path, "by", p.Name,
 				"remote", r.RemoteAddr, "status", code)
+			c.recordRefusal(r, rt, p, code)
 			writeError(w, code, msg)
 			return
 		}
@@ -80,9 +83,8 @@ func (c *Controller) authorize(rt route) http.Handler {
 			rt.handler.ServeHTTP(w, r)
 			return
 		}
-		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
-		rt.handler.ServeHTTP(sw, r)
-		c.log.Info("API call", "method", r.Method, "path", r.URL.Path, "by", p.Name, "role", p.Role, "status", sw.code)
+		// Logged and recorded in the audit trail, before the answer.
+		c.auditedCall(w, r, rt, p)
 	})
 }
 
@@ -157,6 +159,7 @@ func (c *Controller) handleCreateToken(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
+	noteAudit(r, func(n *auditNote) { n.resource, n.params = req.Name, map[string]any{"role": role} })
 	tok := newToken()
 	info, err := c.tokens.create(r.Context(), req.Name, role, principalFrom(r.Context()).Name, tok)
 	if errors.Is(err, errTokenExists) {

@@ -160,6 +160,15 @@ type Config struct {
 	DLQMaxBytes          ByteSize `yaml:"dlq_max_bytes"`
 	JobsMaxBytes         ByteSize `yaml:"jobs_max_bytes"`
 	SmallBucketsMaxBytes ByteSize `yaml:"small_buckets_max_bytes"`
+	// AuditRetention is how long audit records are kept: by default 400
+	// days, a year plus slack, so that an annual review still finds the
+	// whole year it looks back on. AuditMaxBytes caps the audit stream
+	// (default 1 GiB, some two million records). Full, the stream refuses
+	// new records, and the API then refuses mutating calls with 503 (an
+	// action is never done without its record): raise it, or shorten the
+	// retention. See DESIGN.md, "Audit trail".
+	AuditRetention config.Duration `yaml:"audit_retention"`
+	AuditMaxBytes  ByteSize        `yaml:"audit_max_bytes"`
 	// RateLimits bound how many tasks of an action start per window across
 	// the cluster (see RateLimit); every controller of a cluster should
 	// list the same ones. A job held back by a limit waits, never fails.
@@ -200,6 +209,8 @@ func DefaultConfig() Config {
 		ResultsMaxBytes:      bus.DefaultResultsMaxBytes,
 		DLQMaxBytes:          bus.DefaultDLQMaxBytes,
 		JobsMaxBytes:         bus.DefaultJobsMaxBytes,
+		AuditRetention:       config.Duration(bus.DefaultAuditRetention),
+		AuditMaxBytes:        bus.DefaultAuditMaxBytes,
 	}
 }
 
@@ -274,6 +285,7 @@ func (c Config) Validate() error {
 		"result_grace": c.ResultGrace, "retry_backoff": c.RetryBackoff, "retry_backoff_max": c.RetryBackoffMax,
 		"flush_interval": c.FlushInterval, "heartbeat_interval": c.HeartbeatInterval,
 		"controller_stale_after": c.ControllerStaleAfter, "job_retention": c.JobRetention,
+		"audit_retention": c.AuditRetention,
 	} {
 		if d <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive", name))
@@ -303,7 +315,8 @@ func (c Config) Validate() error {
 		name string
 		v    ByteSize
 	}{{"requests_max_bytes", c.RequestsMaxBytes}, {"commands_max_bytes", c.CommandsMaxBytes}, {"results_max_bytes", c.ResultsMaxBytes},
-		{"dlq_max_bytes", c.DLQMaxBytes}, {"jobs_max_bytes", c.JobsMaxBytes}, {"small_buckets_max_bytes", c.SmallBucketsMaxBytes}} {
+		{"dlq_max_bytes", c.DLQMaxBytes}, {"jobs_max_bytes", c.JobsMaxBytes}, {"small_buckets_max_bytes", c.SmallBucketsMaxBytes},
+		{"audit_max_bytes", c.AuditMaxBytes}} {
 		if b.v < minStoreBytes && (b.v != 0 || b.name != "small_buckets_max_bytes") {
 			hint := ""
 			if b.name == "small_buckets_max_bytes" {
@@ -333,8 +346,12 @@ func (c Config) smallBucketsMaxBytes() int64 {
 // limits are the caps of the streams and buckets, per-message caps bounded
 // by the bus's max_payload.
 func (c Config) limits(maxPayload int64) map[string]bus.Limit {
-	return bus.Limits(maxPayload, int64(c.RequestsMaxBytes), int64(c.CommandsMaxBytes), int64(c.ResultsMaxBytes),
+	l := bus.Limits(maxPayload, int64(c.RequestsMaxBytes), int64(c.CommandsMaxBytes), int64(c.ResultsMaxBytes),
 		int64(c.DLQMaxBytes), int64(c.JobsMaxBytes), c.smallBucketsMaxBytes())
+	a := l[api.StreamAudit]
+	a.MaxBytes = int64(c.AuditMaxBytes)
+	l[api.StreamAudit] = a
+	return l
 }
 
 func (c Config) logger() *slog.Logger { return config.Logger(c.Logger) }

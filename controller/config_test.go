@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gridfleet/terraform-provider-grid/api"
 )
 
 func TestParseByteSize(t *testing.T) {
@@ -249,7 +251,7 @@ func TestConfigFileReplicas(t *testing.T) {
 // the derived cap a sixteenth of jobs_max_bytes, at least 64MiB.
 func TestStoreCapsConfig(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "c.yaml")
-	if err := os.WriteFile(path, []byte("jobs_max_bytes: 4GiB\nresults_max_bytes: 512MiB\nsmall_buckets_max_bytes: 0\n"), 0o600); err != nil {
+	if err := os.WriteFile(path, []byte("jobs_max_bytes: 4GiB\nresults_max_bytes: 512MiB\nsmall_buckets_max_bytes: 0\naudit_retention: 19200h\naudit_max_bytes: 2GiB\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cfg := DefaultConfig()
@@ -261,6 +263,12 @@ func TestStoreCapsConfig(t *testing.T) {
 	}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
+	}
+	if cfg.AuditRetention.D() != 800*24*time.Hour || cfg.AuditMaxBytes != 2<<30 || cfg.limits(0)[api.StreamAudit].MaxBytes != 2<<30 {
+		t.Errorf("audit: read retention %s, cap %s, stream cap %d", cfg.AuditRetention.D(), cfg.AuditMaxBytes, cfg.limits(0)[api.StreamAudit].MaxBytes)
+	}
+	if d := DefaultConfig(); d.AuditRetention.D() != 400*24*time.Hour || d.AuditMaxBytes != 1<<30 {
+		t.Errorf("audit defaults: retention %s, cap %s; want 400 days, 1GiB", d.AuditRetention.D(), d.AuditMaxBytes)
 	}
 	if got := cfg.smallBucketsMaxBytes(); got != 256<<20 {
 		t.Errorf("derived small bucket cap %d, want 256MiB", got)
@@ -276,6 +284,8 @@ func TestStoreCapsConfig(t *testing.T) {
 		{"requests_max_bytes", func(c *Config) { c.RequestsMaxBytes = 0 }},
 		{"dlq_max_bytes", func(c *Config) { c.DLQMaxBytes = -1 }},
 		{"small_buckets_max_bytes", func(c *Config) { c.SmallBucketsMaxBytes = 1 << 20 }},
+		{"audit_max_bytes", func(c *Config) { c.AuditMaxBytes = 1 << 20 }},
+		{"audit_retention", func(c *Config) { c.AuditRetention = 0 }},
 	} {
 		cfg := DefaultConfig()
 		tc.mutate(&cfg)

@@ -116,7 +116,9 @@ type Controller struct {
 	// dead-letter stream is made again from it if it is gone).
 	topo bus.Topology
 
-	metrics  *metrics
+	metrics *metrics
+	// audit appends to the audit trail (audit.go).
+	audit    *auditLog
 	pending  pendingEstimate
 	catCache catalogCache
 	tracer   trace.Tracer
@@ -282,6 +284,7 @@ func (c *Controller) setupSecurity(context.Context, *startup) error {
 		if c.sec, err = newSecurity(c.cfg, c.log); err != nil {
 			return err
 		}
+		c.sec.record = c.record
 		c.natsOpts = c.sec.clientOptions()
 	default:
 		if c.natsOpts, err = bus.CredentialOptions(c.cfg.NATSCreds, c.cfg.NATSCAFile); err != nil {
@@ -334,6 +337,7 @@ func (c *Controller) setupTopology(ctx context.Context, _ *startup) error {
 	topo := bus.DefaultTopology()
 	topo.Replicas, topo.NeverLower = c.cfg.replicas()
 	topo.Limits = c.cfg.limits(c.nc.MaxPayload())
+	topo.AuditMaxAge = c.cfg.AuditRetention.D()
 	c.topo = topo
 	c.replicas = topo.Replicas
 	c.logReplicas(topo.Replicas, topo.NeverLower)
@@ -344,6 +348,7 @@ func (c *Controller) setupTopology(ctx context.Context, _ *startup) error {
 	if err != nil {
 		return err
 	}
+	c.audit = &auditLog{js: c.js, controller: c.id}
 	c.jobs = newJobStore(jobsKV, "jobs_max_bytes")
 	c.jobIdx = newJobIndex()
 	keysKV, err := c.js.KeyValue(ctx, api.BucketKeys)
@@ -761,6 +766,13 @@ func (c *Controller) onCancel(m *nats.Msg) {
 	r := c.runs[id]
 	c.mu.Unlock()
 	if r != nil {
+		if by := m.Header.Get(api.CancelledByHeader); by != "" && api.ValidToken(by) {
+			r.update(func(j *api.Job) {
+				if j.CancelledBy == "" {
+					j.CancelledBy = by
+				}
+			})
+		}
 		r.cancel(errCancelled)
 	}
 }

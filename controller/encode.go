@@ -57,6 +57,7 @@ type jobTail struct {
 	Error       string     `json:"error,omitempty"`
 	Owner       string     `json:"owner,omitempty"`
 	SubmittedBy string     `json:"submitted_by,omitempty"`
+	CancelledBy string     `json:"cancelled_by,omitempty"`
 	TraceID     string     `json:"trace_id,omitempty"`
 	TraceParent string     `json:"trace_parent,omitempty"`
 	CreatedAt   time.Time  `json:"created_at"`
@@ -80,7 +81,7 @@ func (e *jobEncoder) encode(j *api.Job) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	tail, err := json.Marshal(jobTail{Error: j.Error, Owner: j.Owner, SubmittedBy: j.SubmittedBy, TraceID: j.TraceID, TraceParent: j.TraceParent,
+	tail, err := json.Marshal(jobTail{Error: j.Error, Owner: j.Owner, SubmittedBy: j.SubmittedBy, CancelledBy: j.CancelledBy, TraceID: j.TraceID, TraceParent: j.TraceParent,
 		CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt, StartedAt: j.StartedAt, FinishedAt: j.FinishedAt,
 		Nodes: j.Nodes, RetryOf: j.RetryOf, ScheduleID: j.ScheduleID, Priority: j.Priority, NotBefore: j.NotBefore, StatusReason: j.StatusReason})
 	if err != nil {

@@ -1,6 +1,10 @@
 package controller
 
-import "github.com/gridfleet/terraform-provider-grid/api"
+import (
+	"time"
+
+	"github.com/gridfleet/terraform-provider-grid/api"
+)
 
 // RouteRole is one API route and the role it needs, for tests.
 type RouteRole struct {
@@ -28,3 +32,12 @@ func (c *Controller) OnScheduleClaim(fn func(jobID string) bool) {
 // RefusedReplies counts the requests this controller dropped because their
 // reply subject was not their sender's own inbox.
 func (c *Controller) RefusedReplies() int64 { return c.replies.refused.Load() }
+
+// LookAtAuditNow makes the next mutating call read the audit stream's state
+// again (as it does every auditRecheck), so that a test sees a change it
+// made to the stream at once.
+func (c *Controller) LookAtAuditNow() {
+	c.audit.mu.Lock()
+	c.audit.read = time.Time{}
+	c.audit.mu.Unlock()
+}

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
@@ -44,6 +45,9 @@ func (c *Controller) apiRoutes() []route {
 		{"POST /join-token", api.RoleAdmin, h(c.handleCreateJoinToken)},
 		{"GET /join-tokens", api.RoleAdmin, h(c.handleListJoinTokens)},
 		{"DELETE /join-token/{name}", api.RoleAdmin, h(c.handleRevokeJoinToken)},
+		// The audit trail (audit.go): admins only, as it names every
+		// token, node and job.
+		{"GET /audit", api.RoleAdmin, h(c.handleAudit)},
 		// The dashboard: its files hold no data and load without a token
 		// (the sign-in page is one of them); its data routes need read.
 		{"GET /ui/", public, ui.Handler("/ui/")},
@@ -157,11 +161,15 @@ func (c *Controller) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := principalFrom(r.Context())
+	// A refused job is recorded by its target and actions only: its
+	// params are not yet cleared of sensitive values.
+	noteAudit(r, func(n *auditNote) { n.params = auditJobParams(job, false) })
 	job, err = c.submit(r.Context(), job, p, opts)
 	if err != nil {
 		writeRefusal(w, err)
 		return
 	}
+	noteAudit(r, func(n *auditNote) { n.resource, n.params = job.ID, auditJobParams(job, true) })
 	writeJSON(w, http.StatusAccepted, jobView(p, job))
 }
 
@@ -419,6 +427,7 @@ func (c *Controller) handleCancel(w http.ResponseWriter, r *http.Request) {
 		}
 		now := time.Now().UTC()
 		j.Status, j.Error, j.FinishedAt, j.UpdatedAt = api.JobCancelled, "cancelled by request", &now, now
+		j.CancelledBy = p.Name
 		return true
 	})
 	if err != nil {
@@ -427,7 +436,10 @@ func (c *Controller) handleCancel(w http.ResponseWriter, r *http.Request) {
 	}
 	if j.Status == api.JobRunning {
 		// The owner (this controller or another) and the agents hear this.
-		if err := c.nc.Publish(api.CancelSubject(id), nil); err != nil {
+		// The owner stores who cancelled it (cancelled_by).
+		msg := &nats.Msg{Subject: api.CancelSubject(id), Header: nats.Header{}}
+		msg.Header.Set(api.CancelledByHeader, p.Name)
+		if err := c.nc.PublishMsg(msg); err != nil {
 			writeError(w, http.StatusServiceUnavailable, "publish cancel: "+err.Error())
 			return
 		}

@@ -397,6 +397,9 @@ func (c *Controller) handleCreateJoinToken(w http.ResponseWriter, r *http.Reques
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("uses %d: want 1 to %d", req.Uses, joinTokenMaxUses))
 		return
 	}
+	noteAudit(r, func(n *auditNote) {
+		n.resource, n.params = req.Name, map[string]any{"groups": req.Groups, "ttl": time.Duration(req.TTL).String(), "uses": req.Uses}
+	})
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
 	nt, err := c.sec.joins.create(ctx, req, principalFrom(r.Context()).Name, time.Now().UTC())
@@ -408,6 +411,7 @@ func (c *Controller) handleCreateJoinToken(w http.ResponseWriter, r *http.Reques
 		writeError(w, http.StatusServiceUnavailable, err.Error())
 		return
 	}
+	noteAudit(r, func(n *auditNote) { n.resource = nt.Name })
 	c.log.Info("join token created", "name", nt.Name, "groups", nt.Groups, "expires_at", nt.ExpiresAt, "uses", nt.Uses, "by", nt.CreatedBy)
 	writeJSON(w, http.StatusCreated, nt)
 }

@@ -28,6 +28,8 @@ type metrics struct {
 	retries           *prometheus.CounterVec
 	heartbeats        prometheus.Counter
 	apiRefused        *prometheus.CounterVec
+	auditFailed       prometheus.Counter
+	auditDropped      prometheus.Counter
 	// jobNodes counts the nodes of finished jobs by outcome.
 	jobNodes *prometheus.CounterVec
 	// rateLimited counts task starts a rate limit delayed; rateWaiting
@@ -89,6 +91,14 @@ func newMetrics(c *Controller) *metrics {
 			Name: "grid_api_refused_total",
 			Help: "API calls refused for their token: Unauthorized (missing, unknown or revoked) or Forbidden (role too weak).",
 		}, []string{"reason"}),
+		auditFailed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "grid_audit_write_failures_total",
+			Help: "Audit records that could not be written (a mutating API call refused with 503, or a controller's own record lost).",
+		}),
+		auditDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "grid_audit_auth_failures_dropped_total",
+			Help: "Failed authentications not recorded in the audit trail: more than the per-minute limit (per source or in all).",
+		}),
 		jobNodes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "grid_job_nodes_total",
 			Help: "Nodes of the jobs this controller finished, by outcome (targeted, succeeded, failed, unreachable, not_started).",
@@ -111,7 +121,7 @@ func newMetrics(c *Controller) *metrics {
 		}, []string{"reason"}),
 	}
 	m.reg.MustRegister(m.jobsSubmitted, m.jobsFinished, m.admissionRejected, m.deadLettered, m.jobDuration,
-		m.stepDuration, m.firstResult, m.taskResults, m.retries, m.heartbeats, m.apiRefused, m.jobNodes,
+		m.stepDuration, m.firstResult, m.taskResults, m.retries, m.heartbeats, m.apiRefused, m.auditFailed, m.auditDropped, m.jobNodes,
 		m.rateLimited, m.rateWaiting, m.scheduleFired, m.scheduleSkipped,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "grid_jobs_running",

@@ -31,11 +31,13 @@ func (c *Controller) handleRetry(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	noteAudit(r, func(n *auditNote) { n.params = map[string]any{"failed_only": req.FailedOnly} })
 	job, err := c.retry(r.Context(), r.PathValue("id"), req.FailedOnly, principalFrom(r.Context()))
 	if err != nil {
 		writeRefusal(w, err)
 		return
 	}
+	noteAudit(r, func(n *auditNote) { n.detail = "new job " + job.ID })
 	writeJSON(w, http.StatusAccepted, job)
 }
 

@@ -369,6 +369,7 @@ func (r *run) execute() {
 	r.mu.Unlock()
 	r.c.metrics.observeNodes(sum)
 	r.flushFinal()
+	r.recordEnd(status, errMsg, sum)
 	r.settle()
 	endJobSpan(r.span, status, errMsg)
 	r.log.Info("job finished", "status", status, "error", errMsg)
@@ -470,4 +471,20 @@ func ensureStep(j *api.Job, step int) map[string]*api.NodeResult {
 		j.Results[step] = m
 	}
 	return m
+}
+
+// recordEnd writes the job's job.end record: its status and per-node
+// outcome, and who cancelled it.
+func (r *run) recordEnd(status api.JobStatus, errMsg string, sum api.JobSummary) {
+	r.mu.Lock()
+	id, by, cancelledBy := r.job.ID, r.job.SubmittedBy, r.job.CancelledBy
+	r.mu.Unlock()
+	detail := string(status) + "; submitted by " + by
+	if errMsg != "" {
+		detail += ": " + errMsg
+	}
+	if cancelledBy != "" {
+		detail += " (cancelled by " + cancelledBy + ")"
+	}
+	r.c.record(api.AuditRecord{Action: api.AuditJobEnd, Resource: id, Job: id, Summary: &sum, Detail: detail})
 }

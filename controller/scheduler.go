@@ -67,6 +67,8 @@ func requestJob(m jetstream.Msg, id string) (*api.Job, uint64) {
 func (c *Controller) claim(ctx context.Context, m jetstream.Msg) bool {
 	id := api.RequestJobID(m.Subject())
 	started := false
+	// refusedNow: this claim ended the job, refused at start.
+	refusedNow := false
 	var notYet time.Duration
 	carried, crev := requestJob(m, id)
 	if why := c.crashedClaim(m, carried); why != "" {
@@ -75,7 +77,7 @@ func (c *Controller) claim(ctx context.Context, m jetstream.Msg) bool {
 	}
 	job, rev, err := c.jobs.mutateFrom(ctx, id, carried, crev, func(j *api.Job) bool {
 		// Judged on each try: an earlier try may have lost to a cancel.
-		started = false
+		started, refusedNow = false, false
 		if notYet = untilDue(j); notYet > 0 {
 			return false
 		}
@@ -88,6 +90,7 @@ func (c *Controller) claim(ctx context.Context, m jetstream.Msg) bool {
 			// Refused as it would have been at submit had these nodes
 			// been online then: the job ends without running.
 			j.Status, j.Error, j.FinishedAt, j.UpdatedAt = api.JobFailed, "refused at start: "+err.Error(), &now, now
+			refusedNow = true
 			return true
 		}
 		j.Status = api.JobRunning
@@ -127,12 +130,24 @@ func (c *Controller) claim(ctx context.Context, m jetstream.Msg) bool {
 		c.putBackUntilDue(m, id, notYet)
 		return false
 	}
+	// A job started by this claim (not one resumed below) gets its
+	// job.start record.
+	claimedNow := started
 	if !started && job.Status == api.JobRunning && job.Owner == c.id && c.localRun(id) == nil {
 		// An earlier claim's write landed but its answer was lost (a
 		// stream failing over): the job is ours, yet nothing runs it, and
 		// no peer takes over from a live owner. Run it now.
 		c.log.Info("resuming a job whose claim was stored without an answer", "job", id)
 		started = true
+	}
+	if refusedNow {
+		c.record(api.AuditRecord{Action: api.AuditJobEnd, Resource: id, Job: id,
+			Detail: fmt.Sprintf("%s; submitted by %s: %s", job.Status, job.SubmittedBy, job.Error)})
+	}
+	if started && claimedNow {
+		c.record(api.AuditRecord{Action: api.AuditJobStart, Resource: id, Job: id,
+			Summary: &api.JobSummary{Targeted: len(job.Expected) + len(job.Unreachable), Unreachable: len(job.Unreachable)},
+			Detail:  fmt.Sprintf("submitted by %s; started on %d node(s), %d unreachable", job.SubmittedBy, len(job.Expected), len(job.Unreachable))})
 	}
 	if started {
 		// Refused once shutdown began: the job stays running and owned

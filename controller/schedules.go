@@ -64,6 +64,8 @@ type scheduleTicker struct {
 type tickHost interface {
 	submit(ctx context.Context, job *api.Job, by principal, opts submitOptions) (*api.Job, error)
 	queueRequest(ctx context.Context, id string, priority int, rev uint64, stored []byte) error
+	// record writes an audit record of a tick fired or skipped.
+	record(rec api.AuditRecord)
 }
 
 // cachedSchedule is a schedule as last seen (nil sc: deleted at rev).
@@ -228,6 +230,7 @@ func (t *scheduleTicker) skipTick(ctx context.Context, sc *api.Schedule, rev uin
 	}
 	t.metrics.scheduleSkipped.WithLabelValues(kind).Add(float64(n))
 	t.log.Info("schedule skipped a tick", "schedule", sc.ID, "tick", tick, "reason", reason)
+	t.host.record(api.AuditRecord{Action: api.AuditScheduleSkip, Resource: sc.ID, Detail: fmt.Sprintf("tick %s: %s", tick.Format(time.RFC3339), reason)})
 	return sc, nrev
 }
 
@@ -297,6 +300,14 @@ func (t *scheduleTicker) finishClaim(ctx context.Context, claimed *api.Schedule,
 	}
 	if written == nil {
 		return nil, 0
+	}
+	// Recorded by the controller whose update finished the claim: once.
+	if refusal != "" {
+		t.host.record(api.AuditRecord{Action: api.AuditScheduleSkip, Resource: written.ID,
+			Detail: "submission refused: " + refusal + " (created by " + written.CreatedBy + ")"})
+	} else {
+		t.host.record(api.AuditRecord{Action: api.AuditScheduleTick, Resource: written.ID, Job: jobID,
+			Detail: "fired job " + jobID + " as " + written.CreatedBy})
 	}
 	if refusal != "" {
 		t.metrics.scheduleSkipped.WithLabelValues("refused").Inc()

@@ -77,6 +77,7 @@ func (c *Controller) handleCreateSchedule(w http.ResponseWriter, r *http.Request
 	if !ok {
 		return
 	}
+	noteAudit(r, func(n *auditNote) { n.resource, n.params = spec.Name, auditScheduleParams(spec) })
 	now := time.Now().UTC()
 	sc := &api.Schedule{ID: spec.Name, ScheduleSpec: *spec, NextRun: scheduleNext(spec, now),
 		CreatedBy: principalFrom(r.Context()).Name, CreatedAt: now, UpdatedAt: now}

@@ -31,7 +31,10 @@ import (
 // keeps them in memory from a watch, so an approval or revocation through
 // any controller applies on all of them at once.
 type security struct {
-	log       *slog.Logger
+	log *slog.Logger
+	// record writes an audit record (an enrollment stored); nil records
+	// nothing.
+	record    func(api.AuditRecord)
 	dataDir   string
 	autoAdmit bool
 
@@ -380,6 +383,10 @@ func (s *security) onEnroll(m *nats.Msg) {
 	// record the watch brought meanwhile).
 	if !r.fromMemory {
 		s.set(r.NodeID, r.Enrollment)
+		if s.record != nil {
+			s.record(api.AuditRecord{Action: api.AuditNodeEnroll, Resource: r.NodeID, Node: r.NodeID,
+				Detail: fmt.Sprintf("%s, groups %v, key %s", r.Status, r.Groups, key)})
+		}
 	}
 	if r.Status == api.EnrollPending {
 		s.log.Info("agent waits for approval", "node", req.NodeID, "groups", req.Groups, "approve", "grid node approve "+req.NodeID)

@@ -440,6 +440,30 @@ func TestDashboardInBrowser(t *testing.T) {
 		}
 	})
 
+	t.Run("read the audit", func(t *testing.T) {
+		// The schedule's pause and resume above were ops's.
+		tab := newTab(t, browser)
+		signIn(t, tab, base, opsToken)
+		waitJS(t, tab, 10*time.Second, "the fleet view", `location.hash === '#/fleet'`)
+		do(t, tab, 10*time.Second, "open the audit view as an operator", chromedp.Click(chromedp.ID("nav-audit")))
+		waitJS(t, tab, 10*time.Second, "the refusal, still signed in",
+			`document.getElementById('audit-msg').textContent.includes('Not allowed') && location.hash === '#/audit' && !!sessionStorage.getItem('grid.token')`)
+		do(t, tab, 5*time.Second, "sign out", chromedp.Click(chromedp.ID("signout")))
+		signIn(t, tab, base, f.AdminToken())
+		waitJS(t, tab, 10*time.Second, "the audit view again", `location.hash === '#/audit' && document.querySelectorAll('#audit-table tr[data-seq]').length > 0`)
+		do(t, tab, 5*time.Second, "filter ops's records", chromedp.Evaluate[chromedp.Void](
+			`document.getElementById('audit-actor').value = 'ops'; document.getElementById('audit-apply').click()`))
+		rows := `[...document.querySelectorAll('#audit-table tr[data-seq]')]`
+		waitJS(t, tab, 10*time.Second, "ops's records only",
+			rows+`.length >= 3 && `+rows+`.every((r) => r.querySelector('.actor').textContent === 'ops')`)
+		// ops's cancel and retry (above), the schedule's pause and resume,
+		// and its refused look at this view, in that order.
+		if got := eval[string](t, tab, rows+`.map((r) => r.querySelector('.action').textContent).join(' ')`); got != "job.cancel job.retry schedule.pause schedule.resume auth.denied" {
+			t.Errorf("ops's actions shown: %q", got)
+		}
+		snap(t, tab, "audit")
+	})
+
 	t.Run("see a node go offline", func(t *testing.T) {
 		tab := newTab(t, browser)
 		signIn(t, tab, base, opsToken)

@@ -26,6 +26,8 @@ type Topology struct {
 	// are kept for catch-up and recovery.
 	CommandsMaxAge time.Duration
 	ResultsMaxAge  time.Duration
+	// AuditMaxAge is how long audit records are kept (audit_retention).
+	AuditMaxAge time.Duration
 	// Limits bound each stream and bucket, by its name (api.StreamResults,
 	// api.BucketJobs, ...). One that is missing, or a zero field, leaves
 	// that bound off.
@@ -56,6 +58,12 @@ const (
 	DefaultResultsMaxBytes  = 1 << 30
 	DefaultDLQMaxBytes      = 128 << 20
 	DefaultJobsMaxBytes     = 1 << 30
+	// DefaultAuditMaxBytes holds some two million records of about 500
+	// bytes: a year of a busy fleet's API calls, ticks and job ends.
+	DefaultAuditMaxBytes = 1 << 30
+	// DefaultAuditRetention keeps a year of records plus slack, so that
+	// an annual review still finds the whole year it looks back on.
+	DefaultAuditRetention = 400 * 24 * time.Hour
 	// MinSmallBucketMaxBytes is the least the small buckets (nodes,
 	// schemas, ...) get when their cap is derived from the jobs bucket's.
 	MinSmallBucketMaxBytes = 64 << 20
@@ -93,6 +101,9 @@ const (
 	// SmallMaxMsgSize: a controller's record, an enrollment, a token, the
 	// cluster key, a rate limit's log (about 100 grants): well under 4 KiB.
 	SmallMaxMsgSize = 64 << 10
+	// AuditMaxMsgSize: an audit record names who, what and where; the
+	// params it carries are cut down to fit (see the controller's audit).
+	AuditMaxMsgSize = 64 << 10
 )
 
 // DefaultLimits are the caps with the default sizes, per-message caps
@@ -117,6 +128,7 @@ func Limits(maxPayload, requests, commands, results, dlq, jobs, small int64) map
 		api.StreamResults:     {MaxBytes: results, MaxMsgSize: capped(ResultMaxMsgSize), Setting: "results_max_bytes"},
 		api.StreamDeadLetters: {MaxBytes: dlq, MaxMsgSize: mp, Setting: "dlq_max_bytes"},
 		api.BucketJobs:        {MaxBytes: jobs, MaxMsgSize: mp, Setting: "jobs_max_bytes"},
+		api.StreamAudit:       {MaxBytes: DefaultAuditMaxBytes, MaxMsgSize: capped(AuditMaxMsgSize), Setting: "audit_max_bytes"},
 	}
 	for _, b := range SmallBuckets {
 		size := int32(SmallMaxMsgSize)
@@ -138,7 +150,8 @@ func Limits(maxPayload, requests, commands, results, dlq, jobs, small int64) map
 
 // DefaultTopology suits one controller.
 func DefaultTopology() Topology {
-	return Topology{Replicas: 1, CommandsMaxAge: time.Hour, ResultsMaxAge: 24 * time.Hour, Limits: DefaultLimits(0)}
+	return Topology{Replicas: 1, CommandsMaxAge: time.Hour, ResultsMaxAge: 24 * time.Hour, AuditMaxAge: DefaultAuditRetention,
+		Limits: DefaultLimits(0)}
 }
 
 // EnsureTopology creates or updates the streams and KV buckets of seed 000.
@@ -232,7 +245,7 @@ func (t Topology) steps(js jetstream.JetStream, log *slog.Logger, raiseWait time
 func (t Topology) explain(what string, err error) error {
 	if noStorage(err) {
 		return retry.Stop(fmt.Errorf("%s: %w: JetStream reserves each stream's and bucket's cap on every server holding a replica (%d MiB in all here); "+
-			"free disk in the data dir, or lower requests_max_bytes, commands_max_bytes, results_max_bytes, dlq_max_bytes, jobs_max_bytes or small_buckets_max_bytes",
+			"free disk in the data dir, or lower requests_max_bytes, commands_max_bytes, results_max_bytes, dlq_max_bytes, jobs_max_bytes, small_buckets_max_bytes or audit_max_bytes",
 			what, err, t.totalMaxBytes()>>20))
 	}
 	return fmt.Errorf("%s: %w", what, err)
@@ -349,6 +362,14 @@ func (t Topology) configs() ([]jetstream.StreamConfig, []jetstream.KeyValueConfi
 			Discard: jetstream.DiscardOld, MaxAge: t.ResultsMaxAge}),
 		stream(jetstream.StreamConfig{Name: api.StreamDeadLetters, Subjects: []string{"dlq.>"}, Retention: jetstream.LimitsPolicy,
 			Discard: jetstream.DiscardNew, Description: "job requests no controller could claim after max_deliveries deliveries"}),
+		// The audit trail refuses new records when full rather than drop
+		// the oldest: a trail that forgets silently is no trail, and a
+		// refused record makes the API refuse the action (fail closed).
+		// Records are never deleted or purged by GRID; DenyDelete and
+		// DenyPurge make JetStream refuse that to every client too.
+		stream(jetstream.StreamConfig{Name: api.StreamAudit, Subjects: []string{api.SubjectAudit}, Retention: jetstream.LimitsPolicy,
+			Discard: jetstream.DiscardNew, MaxAge: t.AuditMaxAge, DenyDelete: true, DenyPurge: true,
+			Description: "audit trail: who did what, chained by hash (controllers only)"}),
 	}
 	bucket := func(name, desc string) jetstream.KeyValueConfig {
 		kc := jetstream.KeyValueConfig{Bucket: name, Description: desc, History: 1, Replicas: t.Replicas, Storage: jetstream.FileStorage}

@@ -239,6 +239,7 @@ func TestClusterSurvivesControllerKill(t *testing.T) {
 	}
 	// Every stream kept a leader and two current replicas of three.
 	checkStreams(t, survivor, 3, 2)
+	checkAudit(t, survivor, ids, specs[victim].name)
 	// The remaining controllers still agree on the state of the world.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -350,4 +351,39 @@ func describeFailures(j *api.Job) string {
 	}
 	sort.Strings(out)
 	return j.Error + " [" + strings.Join(out, "; ") + "]"
+}
+
+// checkAudit reads the audit trail through a survivor: the chain that three
+// controllers wrote at once, one of them killed with SIGKILL, is unbroken;
+// every accepted job has exactly one job.submit record (written before its
+// answer); and the records the killed controller wrote survive it.
+func checkAudit(t *testing.T, cl *api.Client, ids []string, victim string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var chain api.AuditChain
+	submits := map[string]int{}
+	writers := map[string]int{}
+	err := cl.EachAudit(ctx, api.AuditQuery{Limit: 1000}, func(r api.AuditRecord) error {
+		if err := chain.Next(r); err != nil {
+			return err
+		}
+		writers[r.Controller]++
+		if r.Action == api.AuditJobSubmit && r.Outcome == 202 {
+			submits[r.Job]++
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("audit trail after the kill (%d records read): %v", chain.Count, err)
+	}
+	for i, id := range ids {
+		if submits[id] != 1 {
+			t.Errorf("job %s (%d): %d job.submit records, want 1", id, i, submits[id])
+		}
+	}
+	if writers[victim] == 0 {
+		t.Errorf("no record of the killed controller %s survived: %v", victim, writers)
+	}
+	t.Logf("audit: %d records, chain intact, by controller %v", chain.Count, writers)
 }

@@ -60,7 +60,9 @@
       cache: 'no-store',
     });
     const change = (opts.method || 'GET') !== 'GET';
-    if (res.status === 401 || (res.status === 403 && !change)) {
+    // opts.mayRefuse: a read only some roles may make (the audit), whose
+    // 403 the view shows instead of signing out.
+    if (res.status === 401 || (res.status === 403 && !change && !opts.mayRefuse)) {
       const msg = await errorText(res);
       signOut((res.status === 401 ? 'Sign-in needed: ' : 'Not allowed: ') + msg);
       throw new AuthError(msg);
@@ -158,6 +160,7 @@
     else if ((m = /^#\/job\/([^/?#]+)/.exec(h))) jobView(decodeURIComponent(m[1]), view);
     else if (h.startsWith('#/jobs')) jobsView(view);
     else if (h.startsWith('#/schedules')) schedulesView(view);
+    else if (h.startsWith('#/audit')) auditView(view);
     else fleetView(view);
   }
 
@@ -754,6 +757,68 @@
       b.disabled = false;
     }
   });
+
+  // ---- audit -------------------------------------------------------------
+
+  // Paged by the API's cursor (a record's seq); not refreshed on a timer:
+  // Apply or First page reads it again.
+  const audit = { cursor: 0, next: 0, limit: 100 };
+  const AUDIT_ACTIONS = ['job.submit', 'job.cancel', 'job.retry', 'job.delete', 'job.start', 'job.end', 'node.enroll',
+    'node.approve', 'node.revoke', 'node.remove', 'token.create', 'token.revoke', 'join_token.create', 'join_token.revoke',
+    'schedule.create', 'schedule.update', 'schedule.pause', 'schedule.resume', 'schedule.delete', 'schedule.tick',
+    'schedule.tick_skipped', 'dlq.replay', 'dlq.drop', 'auth.denied', 'auth.failed'];
+  $('audit-actions').replaceChildren(...AUDIT_ACTIONS.map((a) => el('option', { value: a })));
+
+  function auditView(v) {
+    show('audit', 'Audit');
+    audit.cursor = 0;
+    loadAudit(v);
+  }
+
+  async function loadAudit(v) {
+    if (!v || v.stopped) return;
+    const seq = (v.seq = (v.seq || 0) + 1);
+    const hours = $('audit-since').value;
+    const since = hours ? new Date(Date.now() - Number(hours) * 3600e3).toISOString() : '';
+    try {
+      const p = await api('/audit?' + qs({ actor: $('audit-actor').value.trim(), action: $('audit-action').value.trim(),
+        job: $('audit-job').value.trim(), node: $('audit-node').value.trim(), since: audit.cursor ? '' : since,
+        cursor: audit.cursor || '', limit: audit.limit }), { signal: v.abort.signal, mayRefuse: true });
+      if (v.stopped || seq !== v.seq) return;
+      showMsg('audit-msg', '');
+      renderAudit(p);
+    } catch (e) {
+      if (e instanceof AuthError || e.name === 'AbortError') return;
+      showMsg('audit-msg', (e.status === 403 ? 'Not allowed: ' : 'Could not load the audit: ') + e.message);
+      $('audit-table').tBodies[0].replaceChildren();
+    }
+  }
+
+  function renderAudit(p) {
+    const recs = p.records || [];
+    const rows = document.createDocumentFragment();
+    for (const r of recs) {
+      rows.append(el('tr', { 'data-seq': String(r.seq) },
+        el('td', { class: 'num', text: String(r.seq) }),
+        el('td', { title: r.time, text: stamp(r.time) }),
+        el('td', { class: 'actor', text: r.actor || '—' }),
+        el('td', { class: 'mono action', text: r.action }),
+        el('td', { class: 'mono' }, r.job ? el('a', { href: '#/job/' + encodeURIComponent(r.job), text: r.resource || r.job }) : (r.resource || '—')),
+        el('td', { class: 'num', text: r.outcome ? String(r.outcome) : '—' }),
+        el('td', { text: r.detail || (r.params ? JSON.stringify(r.params) : '') })));
+    }
+    if (!recs.length) rows.append(el('tr', null, el('td', { colspan: '7', class: 'muted', text: 'No record matches.' })));
+    $('audit-table').tBodies[0].replaceChildren(rows);
+    audit.next = p.next || 0;
+    $('audit-count').textContent = num(recs.length) + (recs.length === 1 ? ' record' : ' records') + (audit.next ? ', more after' : '');
+    $('audit-first').disabled = !audit.cursor;
+    $('audit-next').disabled = !audit.next;
+  }
+
+  $('audit-filters').addEventListener('submit', (e) => { e.preventDefault(); audit.cursor = 0; loadAudit(view); });
+  $('audit-since').addEventListener('change', () => { audit.cursor = 0; loadAudit(view); });
+  $('audit-first').addEventListener('click', () => { audit.cursor = 0; loadAudit(view); });
+  $('audit-next').addEventListener('click', () => { audit.cursor = audit.next; loadAudit(view); });
 
   window.addEventListener('hashchange', route);
   route();
