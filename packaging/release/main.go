@@ -7,10 +7,11 @@
 //   - terraform-provider-grid_VERSION_SHA256SUMS over the zips and the
 //     manifest, and its detached GPG signature _SHA256SUMS.sig when a key is
 //     configured;
-//   - a mirror directory, HOST/NAMESPACE/TYPE/ with the zips beside the
-//     index.json and VERSION.json of Terraform's provider network mirror
-//     protocol: a static web server serving it is a network mirror, and the
-//     directory itself is a filesystem mirror in its packed layout.
+//   - a mirror directory, HOST/gridfleet/grid/ for registry.terraform.io and
+//     registry.opentofu.org, with the zips beside the index.json and
+//     VERSION.json of the provider network mirror protocol: a static web
+//     server serving it is a network mirror, and the directory itself is a
+//     filesystem mirror in its packed layout.
 //
 // Usage (the Makefile runs it):
 //
@@ -34,11 +35,13 @@ func main() {
 		platforms string
 		mtime     int64
 		checkOnly bool
+		hosts     string
 	)
 	flag.StringVar(&o.Version, "version", "", "the release's version, X.Y.Z (semantic, no leading v)")
 	flag.StringVar(&o.BinDir, "bin-dir", "", "directory with one OS_ARCH/ subdirectory of binaries per platform")
 	flag.StringVar(&o.OutDir, "out", "", "directory the registry files are written to")
 	flag.StringVar(&o.MirrorDir, "mirror", "", "root of the provider mirror to add this version to (empty: none)")
+	flag.StringVar(&hosts, "mirror-hosts", strings.Join(DefaultMirrorHosts, ","), "comma- or space-separated registry hosts the mirror serves the provider under")
 	flag.StringVar(&o.Manifest, "manifest", "terraform-registry-manifest.json", "the registry manifest")
 	flag.StringVar(&platforms, "platforms", "", "comma- or space-separated OS_ARCH list")
 	flag.Int64Var(&mtime, "mtime", 0, "modification time of the files in the zips, Unix seconds (0: 1980-01-01, the zip epoch)")
@@ -51,6 +54,7 @@ func main() {
 		fail(fmt.Errorf("unexpected arguments %q", flag.Args()))
 	}
 	o.Platforms = strings.FieldsFunc(platforms, func(r rune) bool { return r == ',' || r == ' ' })
+	o.MirrorHosts = strings.FieldsFunc(hosts, func(r rune) bool { return r == ',' || r == ' ' })
 	if mtime > 0 {
 		o.ModTime = time.Unix(mtime, 0).UTC()
 	}

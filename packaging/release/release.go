@@ -23,10 +23,15 @@ import (
 const (
 	// providerType is the provider's type name: the "grid" of gridfleet/grid.
 	providerType = "grid"
-	// mirrorSource is where the mirror files sit below the mirror's root: the
-	// provider's source address, the host Terraform gives "gridfleet/grid".
-	mirrorSource = "registry.terraform.io/gridfleet/" + providerType
+	// mirrorPath is where the mirror files sit below the mirror's root and
+	// a host: the provider's source address without its host.
+	mirrorPath = "gridfleet/" + providerType
 )
+
+// DefaultMirrorHosts are the registry hosts the mirror serves the provider
+// under: the one Terraform gives "gridfleet/grid" and the one OpenTofu
+// gives it, so that one mirror serves configurations written for either.
+var DefaultMirrorHosts = []string{"registry.terraform.io", "registry.opentofu.org"}
 
 // Options says what Release packs and where it writes.
 type Options struct {
@@ -35,7 +40,10 @@ type Options struct {
 	BinDir    string
 	OutDir    string
 	MirrorDir string
-	Manifest  string
+	// MirrorHosts are the hosts of the provider's addresses in the mirror
+	// (none: DefaultMirrorHosts).
+	MirrorHosts []string
+	Manifest    string
 	// ModTime is the time of the binary inside each zip; the zero time
 	// means the zip epoch, so that the same binaries give the same zips.
 	ModTime time.Time
@@ -54,16 +62,19 @@ type Result struct {
 	Manifest  string
 	Sums      string
 	Signature string // empty when not signed
-	// MirrorDir is the directory with index.json, VERSION.json and the zips
-	// (empty when no mirror was asked for).
-	MirrorDir string
+	// MirrorDirs are the directories with index.json, VERSION.json and the
+	// zips, one per mirror host (none when no mirror was asked for).
+	MirrorDirs []string
 }
 
 // semverRE is a semantic version without the leading "v", as the registry
 // and provider mirrors name versions.
 var semverRE = regexp.MustCompile(`^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$`)
 
-var platformRE = regexp.MustCompile(`^[a-z0-9]+_[a-z0-9]+$`)
+var (
+	platformRE = regexp.MustCompile(`^[a-z0-9]+_[a-z0-9]+$`)
+	hostRE     = regexp.MustCompile(`^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]+)?$`)
+)
 
 // BinaryName is the provider binary's name inside a zip for goos, as the
 // registry expects it.
@@ -95,6 +106,11 @@ func (o Options) checkNames() error {
 			return fmt.Errorf("platform %q is given twice", p)
 		}
 		seen[p] = true
+	}
+	for _, h := range o.MirrorHosts {
+		if !hostRE.MatchString(h) {
+			return fmt.Errorf("mirror host %q is not a lower-case host name", h)
+		}
 	}
 	return nil
 }
@@ -177,11 +193,18 @@ func Release(o Options) (Result, error) {
 	}
 
 	if o.MirrorDir != "" {
-		res.MirrorDir = filepath.Join(o.MirrorDir, filepath.FromSlash(mirrorSource))
-		if err := addToMirror(res.MirrorDir, o.Version, o.Platforms, res.Zips); err != nil {
-			return res, fmt.Errorf("mirror: %w", err)
+		hosts := o.MirrorHosts
+		if len(hosts) == 0 {
+			hosts = DefaultMirrorHosts
 		}
-		fmt.Fprintf(o.Log, "%s/ (index.json, %s.json)\n", res.MirrorDir, o.Version)
+		for _, h := range hosts {
+			dir := filepath.Join(o.MirrorDir, h, filepath.FromSlash(mirrorPath))
+			if err := addToMirror(dir, o.Version, o.Platforms, res.Zips); err != nil {
+				return res, fmt.Errorf("mirror: %w", err)
+			}
+			res.MirrorDirs = append(res.MirrorDirs, dir)
+			fmt.Fprintf(o.Log, "%s/ (index.json, %s.json)\n", dir, o.Version)
+		}
 	}
 	return res, nil
 }

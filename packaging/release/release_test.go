@@ -154,8 +154,16 @@ func TestReleaseLayout(t *testing.T) {
 	}
 
 	dir := filepath.Join(o.MirrorDir, "registry.terraform.io", "gridfleet", "grid")
-	if res.MirrorDir != dir {
-		t.Errorf("mirror dir %s, want %s", res.MirrorDir, dir)
+	tofuDir := filepath.Join(o.MirrorDir, "registry.opentofu.org", "gridfleet", "grid")
+	if want := []string{dir, tofuDir}; !reflect.DeepEqual(res.MirrorDirs, want) {
+		t.Errorf("mirror dirs %q, want %q", res.MirrorDirs, want)
+	}
+	for _, name := range []string{"index.json", "1.2.3.json", "terraform-provider-grid_1.2.3_linux_amd64.zip"} {
+		a, _ := os.ReadFile(filepath.Join(dir, name))
+		b, err := os.ReadFile(filepath.Join(tofuDir, name))
+		if err != nil || !bytes.Equal(a, b) {
+			t.Errorf("%s differs between the two hosts' mirrors (%v)", name, err)
+		}
 	}
 	var index struct {
 		Versions map[string]struct{} `json:"versions"`
@@ -246,6 +254,7 @@ func TestReleaseRefusesBadInput(t *testing.T) {
 		{"binary missing", func(o *Options) { o.Platforms = []string{"linux_arm64"} }, "linux_arm64: provider binary"},
 		{"manifest missing", func(o *Options) { o.Manifest = "nope.json" }, "registry manifest"},
 		{"signature required", func(o *Options) { o.RequireSignature = true }, "no key is configured"},
+		{"mirror host with a path", func(o *Options) { o.MirrorHosts = []string{"example.com/x"} }, "not a lower-case host name"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o, _ := testOptions(t, "1.0.0", "linux_amd64")
