@@ -1,8 +1,9 @@
 // Package release installs the provider as users install it: `make
 // release` builds the linux_amd64 zip, terraform init takes it from a
-// filesystem mirror and from a network mirror served over HTTPS, the
-// checksums Terraform records are checked against SHA256SUMS, and the
-// quickstart is planned against a dev fleet run from the released binary.
+// filesystem mirror, from a network mirror and from a provider registry
+// (both served over HTTPS by the test), the checksums Terraform records are
+// checked against SHA256SUMS, and the quickstart is planned against a dev
+// fleet run from the released binary.
 //
 // It builds the provider and runs terraform, so it runs only with
 // GRID_RELEASE_TEST=1 (make release-test).
@@ -14,6 +15,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"io"
@@ -49,6 +51,7 @@ const repoRoot = "../.."
 type built struct {
 	release, mirror string
 	sums            map[string]string // file name => hex SHA-256
+	key             gpgtest.Key       // the key SHA256SUMS is signed with
 }
 
 func TestReleaseInstallsThroughMirrors(t *testing.T) {
@@ -100,16 +103,17 @@ func TestReleaseInstallsThroughMirrors(t *testing.T) {
 `, srv.URL, source))
 		env := []string{"SSL_CERT_FILE=" + caFile}
 		terraform(t, work, cfg, env, "init", "-input=false")
-		if got := checkLock(t, work, b, true); h1 != "" && got != h1 {
+		if got := checkLock(t, work, b, false); h1 != "" && got != h1 {
 			t.Errorf("the network mirror's install records %s, the filesystem mirror's %s", got, h1)
 		}
 
-		// A VERSION.json whose hashes are not the zip's: refused.
+		// A VERSION.json whose hashes are not the zip's: refused. (Terraform
+		// takes a zip that matches any one of the listed hashes.)
 		bad, badCA := serveMirror(t, b.mirror, func(name string, data []byte) []byte {
 			if name != version+".json" {
 				return data
 			}
-			return bytes.ReplaceAll(data, []byte("zh:"+b.sums[zipName]), []byte("zh:"+strings.Repeat("0", 64)))
+			return hashesRE.ReplaceAll(data, []byte(`"hashes": ["zh:`+strings.Repeat("0", 64)+`"]`))
 		})
 		work2 := quickstartDir(t)
 		cfgBad := cliConfig(t, strings.ReplaceAll(mustRead(t, cfg), srv.URL, bad.URL))
@@ -117,8 +121,32 @@ func TestReleaseInstallsThroughMirrors(t *testing.T) {
 		if err == nil {
 			t.Fatalf("terraform init accepted a zip whose checksum the mirror does not list:\n%s", out)
 		}
-		// Without the h1: hash Terraform can only compare the zip's SHA-256.
-		t.Logf("refused as expected: %s", lastLines(out, 4))
+		if !strings.Contains(out, "checksum") {
+			t.Errorf("terraform init failed, but not on the checksum:\n%s", out)
+		}
+	})
+
+	// The release files as a provider registry serves them: Terraform
+	// checks SHA256SUMS's signature against the registry's key, the zip
+	// against SHA256SUMS, and records its zh: hashes.
+	t.Run("registry protocol", func(t *testing.T) {
+		srv, caFile := serveRegistry(t, b, b.key)
+		work := quickstartDir(t)
+		cfg := cliConfig(t, registryConfig(srv.URL))
+		env := []string{"SSL_CERT_FILE=" + caFile}
+		out := terraform(t, work, cfg, env, "init", "-input=false")
+		if !strings.Contains(out, "key ID "+b.key.Fingerprint[len(b.key.Fingerprint)-16:]) {
+			t.Errorf("terraform init does not name the signing key:\n%s", out)
+		}
+		checkLock(t, work, b, true)
+
+		// Signed by another key than the registry's: refused.
+		other := gpgtest.New(t)
+		srv2, ca2 := serveRegistry(t, b, other)
+		out, err := terraformErr(quickstartDir(t), cliConfig(t, registryConfig(srv2.URL)), []string{"SSL_CERT_FILE=" + ca2}, "init", "-input=false")
+		if err == nil || !strings.Contains(out, "signature") {
+			t.Fatalf("terraform init with a signature of an unknown key: err %v, output:\n%s", err, out)
+		}
 	})
 
 	t.Run("plan quickstart", func(t *testing.T) {
@@ -138,14 +166,15 @@ func TestReleaseInstallsThroughMirrors(t *testing.T) {
 		for _, want := range []string{
 			"grid_job.hello will be created",
 			"Plan: 1 to add, 0 to change, 0 to destroy.",
-			`hostname = "node-1"`,
-			`hostname = "node-3"`,
+			// The nodes output: the web nodes the data source read.
+			"+ node-1 = {",
+			"+ node-3 = {",
 		} {
 			if !strings.Contains(out, want) {
 				t.Errorf("the plan lacks %q:\n%s", want, out)
 			}
 		}
-		if strings.Contains(out, `"node-2"`) {
+		if strings.Contains(out, "node-2") {
 			t.Errorf("the plan names node-2, which is not in group web:\n%s", out)
 		}
 	})
@@ -192,7 +221,7 @@ func buildRelease(t *testing.T) built {
 	t.Helper()
 	key := gpgtest.New(t)
 	dir := t.TempDir()
-	b := built{release: filepath.Join(dir, "release"), mirror: filepath.Join(dir, "mirror")}
+	b := built{release: filepath.Join(dir, "release"), mirror: filepath.Join(dir, "mirror"), key: key}
 	cmd := exec.Command("make", "--no-print-directory", "release",
 		"PLATFORMS="+platform, "RELEASE_VERSION="+version, "RELEASE_PKG_ARCHES=",
 		"RELEASE_DIR="+b.release, "MIRROR_DIR="+b.mirror,
@@ -226,6 +255,7 @@ func buildRelease(t *testing.T) built {
 }
 
 var (
+	hashesRE       = regexp.MustCompile(`"hashes": \[[^\]]*\]`)
 	lockProviderRE = regexp.MustCompile(`provider "([^"]+)" \{\s*version\s*=\s*"([^"]+)"`)
 	lockHashRE     = regexp.MustCompile(`"((?:h1|zh):[^"]+)"`)
 )
@@ -234,8 +264,9 @@ var (
 // provider at the release's version, with the h1: hash of the released zip
 // (Terraform's hash of the package's contents, recomputed here from the
 // zip); every zh: hash must be a line of SHA256SUMS, and wantZH says the
-// zip's must be there (a network mirror lists it in VERSION.json). It
-// returns the h1: hash.
+// zip's must be there (Terraform records zh: hashes only from a registry's
+// signed SHA256SUMS; from a mirror it records the h1: alone). It returns
+// the h1: hash.
 func checkLock(t *testing.T, work string, b built, wantZH bool) string {
 	t.Helper()
 	lock := mustRead(t, filepath.Join(work, ".terraform.lock.hcl"))
@@ -382,12 +413,76 @@ func serveMirror(t *testing.T, root string, edit func(name string, data []byte) 
 		_, _ = w.Write(edit(filepath.Base(r.URL.Path), data))
 	}))
 	t.Cleanup(srv.Close)
+	return srv, writeCA(t, srv)
+}
+
+// registryConfig is a CLI config that installs registry.terraform.io's
+// providers from the provider registry at url (a host block overrides
+// the host's service discovery).
+func registryConfig(url string) string {
+	return fmt.Sprintf(`host "registry.terraform.io" {
+  services = {
+    "providers.v1" = "%s/v1/providers/"
+  }
+}
+provider_installation {
+  direct {}
+}
+`, url)
+}
+
+// serveRegistry serves the release's linux_amd64 zip, SHA256SUMS and its
+// signature through the provider registry protocol over HTTPS, giving key
+// as the provider's signing key. It returns the server and a file with its
+// CA certificate.
+func serveRegistry(t *testing.T, b built, key gpgtest.Key) (*httptest.Server, string) {
+	t.Helper()
+	armor := mustRead(t, key.PublicFile)
+	mux := http.NewServeMux()
+	var srv *httptest.Server
+	writeJSON := func(w http.ResponseWriter, v any) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(v)
+	}
+	mux.HandleFunc("GET /v1/providers/gridfleet/grid/versions", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, map[string]any{"versions": []any{map[string]any{
+			"version":   version,
+			"protocols": []string{"6.0"},
+			"platforms": []any{map[string]string{"os": "linux", "arch": "amd64"}},
+		}}})
+	})
+	mux.HandleFunc("GET /v1/providers/gridfleet/grid/"+version+"/download/linux/amd64", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, map[string]any{
+			"protocols":             []string{"6.0"},
+			"os":                    "linux",
+			"arch":                  "amd64",
+			"filename":              zipName,
+			"download_url":          srv.URL + "/files/" + zipName,
+			"shasums_url":           srv.URL + "/files/" + sumsName,
+			"shasums_signature_url": srv.URL + "/files/" + sumsName + ".sig",
+			"shasum":                b.sums[zipName],
+			"signing_keys": map[string]any{"gpg_public_keys": []any{map[string]string{
+				"key_id":      key.Fingerprint[len(key.Fingerprint)-16:],
+				"ascii_armor": armor,
+			}}},
+		})
+	})
+	mux.Handle("GET /files/", http.StripPrefix("/files/", http.FileServer(http.Dir(b.release))))
+	srv = httptest.NewUnstartedServer(mux)
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	return srv, writeCA(t, srv)
+}
+
+// writeCA writes the server's certificate, which is its own CA, to a file.
+func writeCA(t *testing.T, srv *httptest.Server) string {
+	t.Helper()
 	ca := filepath.Join(t.TempDir(), "ca.pem")
 	pemData := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
 	if err := os.WriteFile(ca, pemData, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return srv, ca
+	return ca
 }
 
 var exportRE = regexp.MustCompile(`^\s*export (GRID_ADDR=https://\S+) (GRID_TOKEN=\S+) (GRID_CACERT=\S+)$`)
@@ -459,12 +554,4 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, " / ")
 }
