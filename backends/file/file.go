@@ -27,7 +27,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
 	"github.com/gridfleet/terraform-provider-grid/backends"
@@ -369,8 +368,8 @@ func stat(name string, root *os.Root, rel string) (*backends.Result, error) {
 		"mode":   fmtMode(fi.Mode().Perm()),
 		"mtime":  fi.ModTime().UTC().Format("2006-01-02T15:04:05.999999999Z"),
 	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		facts["uid"], facts["gid"] = int(st.Uid), int(st.Gid)
+	if uid, gid, ok := fileOwner(fi); ok {
+		facts["uid"], facts["gid"] = uid, gid
 	}
 	switch {
 	case fi.Mode().IsRegular():
@@ -440,9 +439,9 @@ func lookupOwner(owner, group string) (uid, gid int, err error) {
 }
 
 func ownedBy(fi os.FileInfo, uid, gid int) bool {
-	st, ok := fi.Sys().(*syscall.Stat_t)
+	fuid, fgid, ok := fileOwner(fi)
 	if !ok {
 		return true
 	}
-	return (uid < 0 || int(st.Uid) == uid) && (gid < 0 || int(st.Gid) == gid)
+	return (uid < 0 || fuid == uid) && (gid < 0 || fgid == gid)
 }
