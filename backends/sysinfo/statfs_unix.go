@@ -14,10 +14,10 @@ func statfs(path string) (fsStats, error) {
 	if err := syscall.Statfs(path, &st); err != nil {
 		return fsStats{}, err
 	}
-	// The fields' types differ between systems (Bsize is int64 on Linux,
-	// uint32 on macOS), hence the conversions.
+	// Bsize's type differs between systems (int64 on Linux, uint32 on
+	// macOS); the counts are uint64 on both.
 	return fsStats{
-		bsize: uint64(st.Bsize), blocks: uint64(st.Blocks), bfree: uint64(st.Bfree),
-		bavail: uint64(st.Bavail), files: uint64(st.Files), ffree: uint64(st.Ffree),
+		bsize: uint64(st.Bsize), blocks: st.Blocks, bfree: st.Bfree,
+		bavail: st.Bavail, files: st.Files, ffree: st.Ffree,
 	}, nil
 }
