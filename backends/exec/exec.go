@@ -27,7 +27,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
@@ -364,7 +363,7 @@ type daemon struct {
 // outlives them.
 func (d *daemon) start() error {
 	cmd := osexec.Command(d.spec.Path, d.spec.Args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = proc.OwnGroup()
 	d.stderr = proc.NewTail(proc.MaxOutput)
 	cmd.Stderr = d.stderr
 	stdin, err := cmd.StdinPipe()

@@ -16,11 +16,11 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
 	"github.com/gridfleet/terraform-provider-grid/backends"
 	"github.com/gridfleet/terraform-provider-grid/backends/internal/atomicfile"
+	"github.com/gridfleet/terraform-provider-grid/backends/internal/fsowner"
 	"github.com/gridfleet/terraform-provider-grid/backends/internal/textdiff"
 )
 
@@ -146,8 +146,8 @@ func load(root *os.Root, rel, name string) (current, error) {
 		return current{}, fmt.Errorf("%s is larger than the %d bytes line and block edit", name, MaxEditBytes)
 	}
 	c := current{exists: true, data: string(data), mode: fi.Mode().Perm(), uid: -1, gid: -1}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		c.uid, c.gid = int(st.Uid), int(st.Gid)
+	if uid, gid, ok := fsowner.Of(fi); ok {
+		c.uid, c.gid = uid, gid
 	}
 	return c, nil
 }

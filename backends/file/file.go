@@ -30,12 +30,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"unicode/utf8"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
 	"github.com/gridfleet/terraform-provider-grid/backends"
 	"github.com/gridfleet/terraform-provider-grid/backends/internal/atomicfile"
+	"github.com/gridfleet/terraform-provider-grid/backends/internal/fsowner"
 	"github.com/gridfleet/terraform-provider-grid/backends/internal/textdiff"
 )
 
@@ -400,8 +400,8 @@ func stat(name string, root *os.Root, rel string) (*backends.Result, error) {
 		"mode":   fmtMode(fi.Mode().Perm()),
 		"mtime":  fi.ModTime().UTC().Format("2006-01-02T15:04:05.999999999Z"),
 	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		facts["uid"], facts["gid"] = int(st.Uid), int(st.Gid)
+	if uid, gid, ok := fsowner.Of(fi); ok {
+		facts["uid"], facts["gid"] = uid, gid
 	}
 	switch {
 	case fi.Mode().IsRegular():
@@ -471,11 +471,11 @@ func lookupOwner(owner, group string) (uid, gid int, err error) {
 }
 
 func ownedBy(fi os.FileInfo, uid, gid int) bool {
-	st, ok := fi.Sys().(*syscall.Stat_t)
+	fuid, fgid, ok := fsowner.Of(fi)
 	if !ok {
 		return true
 	}
-	return (uid < 0 || int(st.Uid) == uid) && (gid < 0 || int(st.Gid) == gid)
+	return (uid < 0 || fuid == uid) && (gid < 0 || fgid == gid)
 }
 
 // textDiff is the unified diff a write would make, when both the old

@@ -13,7 +13,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
@@ -30,12 +29,6 @@ const MaxInterval = time.Minute
 // ErrOutOfRange is what count's error wraps when the count is outside
 // min..max.
 var ErrOutOfRange = errors.New("process count out of range")
-
-// Signals are the signals signal sends, by name.
-var Signals = map[string]syscall.Signal{
-	"TERM": syscall.SIGTERM, "KILL": syscall.SIGKILL, "HUP": syscall.SIGHUP, "INT": syscall.SIGINT,
-	"QUIT": syscall.SIGQUIT, "USR1": syscall.SIGUSR1, "USR2": syscall.SIGUSR2,
-}
 
 // Options configure the backend.
 type Options struct {
@@ -292,9 +285,9 @@ func (b *Backend) signal(p api.Params, check bool) (*backends.Result, error) {
 	var sent []int
 	var errs []error
 	for _, pid := range pids {
-		if err := syscall.Kill(pid, sig); err != nil {
+		if err := kill(pid, sig); err != nil {
 			// One that exited meanwhile needs no signal.
-			if !errors.Is(err, syscall.ESRCH) {
+			if !errors.Is(err, errGone) {
 				errs = append(errs, fmt.Errorf("kill %d: %w", pid, err))
 			}
 			continue

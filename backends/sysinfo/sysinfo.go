@@ -10,7 +10,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
@@ -136,11 +135,7 @@ func osRelease(path string) (map[string]any, string, error) {
 	if err := sc.Err(); err != nil {
 		return nil, "", fmt.Errorf("os: %w", err)
 	}
-	var uts syscall.Utsname
-	kernel, arch := "", ""
-	if err := syscall.Uname(&uts); err == nil {
-		kernel, arch = cstr(uts.Release[:]), cstr(uts.Machine[:])
-	}
+	kernel, arch := uname()
 	facts := map[string]any{
 		"id": kv["ID"], "version_id": kv["VERSION_ID"], "name": kv["NAME"],
 		"pretty_name": kv["PRETTY_NAME"], "version_codename": kv["VERSION_CODENAME"],
@@ -149,24 +144,12 @@ func osRelease(path string) (map[string]any, string, error) {
 	return facts, fmt.Sprintf("%s, kernel %s %s", kv["PRETTY_NAME"], kernel, arch), nil
 }
 
-func cstr(b []int8) string {
-	out := make([]byte, 0, len(b))
-	for _, c := range b {
-		if c == 0 {
-			break
-		}
-		out = append(out, byte(c))
-	}
-	return string(out)
-}
-
 func disk(path string) (map[string]any, string, error) {
-	var st syscall.Statfs_t
-	if err := syscall.Statfs(path, &st); err != nil {
+	st, err := statfs(path)
+	if err != nil {
 		return nil, "", fmt.Errorf("disk %s: %w", path, err)
 	}
-	bs := uint64(st.Bsize)
-	total, free, avail := st.Blocks*bs, st.Bfree*bs, st.Bavail*bs
+	total, free, avail := st.blocks*st.bsize, st.bfree*st.bsize, st.bavail*st.bsize
 	used := total - free
 	pct := 0.0
 	// df's Use%: used over what a non-root user could have.
@@ -175,7 +158,7 @@ func disk(path string) (map[string]any, string, error) {
 	}
 	facts := map[string]any{
 		"path": path, "total_bytes": total, "free_bytes": free, "available_bytes": avail,
-		"used_bytes": used, "used_pct": round1(pct), "inodes_total": st.Files, "inodes_free": st.Ffree,
+		"used_bytes": used, "used_pct": round1(pct), "inodes_total": st.files, "inodes_free": st.ffree,
 	}
 	return facts, fmt.Sprintf("disk %s: %s used of %s (%.1f%%), %s available", path, human(used), human(total), pct, human(avail)), nil
 }

@@ -8,12 +8,12 @@ import (
 	"io/fs"
 	"os"
 	"strings"
-	"syscall"
 
 	"golang.org/x/crypto/ssh"
 
 	"github.com/gridfleet/terraform-provider-grid/backends"
 	"github.com/gridfleet/terraform-provider-grid/backends/internal/atomicfile"
+	"github.com/gridfleet/terraform-provider-grid/backends/internal/fsowner"
 	"github.com/gridfleet/terraform-provider-grid/backends/internal/textdiff"
 )
 
@@ -221,6 +221,6 @@ func attrsOK(fi os.FileInfo, mode os.FileMode, a *account) bool {
 	if fi.Mode().Perm() != mode {
 		return false
 	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	return !ok || (int(st.Uid) == a.uid && int(st.Gid) == a.gid)
+	uid, gid, ok := fsowner.Of(fi)
+	return !ok || (uid == a.uid && gid == a.gid)
 }

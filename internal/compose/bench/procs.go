@@ -39,7 +39,7 @@ func (e *Env) startProc(bin, name, logFile string, env []string, args ...string)
 		cmd.Env = append(os.Environ(), env...)
 	}
 	// A bench that dies takes its children along (Linux only, as /proc is).
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	cmd.SysProcAttr = childProcAttr()
 	var out io.ReadCloser
 	if logFile != "" {
 		f, err := os.Create(logFile)
