@@ -271,6 +271,8 @@ func (b *Backend) write(req *backends.Request, root *os.Root, rel string) (*back
 	switch {
 	case err == nil && fi.IsDir():
 		return nil, fmt.Errorf("%s is a directory", req.Params["path"])
+	case err == nil && !fi.Mode().IsRegular():
+		return nil, fmt.Errorf("%s exists and is not a regular file", req.Params["path"])
 	case err == nil:
 		have, herr := hashFile(root, rel)
 		if herr != nil {
@@ -422,12 +424,23 @@ func stat(name string, root *os.Root, rel string) (*backends.Result, error) {
 	return &backends.Result{Output: fmt.Sprintf("%s: %s, %d bytes, mode %s", name, facts["type"], fi.Size(), facts["mode"]), Facts: facts}, nil
 }
 
+// openRegular opens a file for reading without waiting on it: O_NONBLOCK
+// makes opening a FIFO return at once (a blocking open waits for a writer,
+// hanging the action past its timeout), and callers then refuse anything
+// but a regular file, where the flag changes nothing.
+func openRegular(root *os.Root, rel string) (*os.File, error) {
+	return root.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+}
+
 func hashFile(root *os.Root, path string) (string, error) {
-	f, err := root.Open(path)
+	f, err := openRegular(root, path)
 	if err != nil {
 		return "", fmt.Errorf("read %s: %w", path, err)
 	}
 	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return "", fmt.Errorf("read %s: not a regular file", path)
+	}
 	h := sha256.New()
 	if _, err := io.Copy(h, f); err != nil {
 		return "", fmt.Errorf("read %s: %w", path, err)
