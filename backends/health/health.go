@@ -20,7 +20,6 @@ import (
 	stdnet "net"
 	"net/http"
 	"net/url"
-	"os"
 	"regexp"
 	"runtime"
 	"strconv"
@@ -29,6 +28,7 @@ import (
 	"github.com/gridfleet/terraform-provider-grid/api"
 	"github.com/gridfleet/terraform-provider-grid/backends"
 	"github.com/gridfleet/terraform-provider-grid/backends/internal/procfs"
+	"github.com/gridfleet/terraform-provider-grid/backends/internal/regularfile"
 	"github.com/gridfleet/terraform-provider-grid/backends/sysinfo"
 	"github.com/gridfleet/terraform-provider-grid/backends/systemd"
 )
@@ -46,6 +46,10 @@ const (
 
 // MaxBody is how much of a response body the http check reads and matches.
 const MaxBody = 1 << 20
+
+// MaxCAFile is the largest ca_file the http check reads (a system's whole
+// CA bundle is a few hundred KiB).
+const MaxCAFile = 4 << 20
 
 // ErrUnhealthy is what a failed check's error wraps.
 var ErrUnhealthy = errors.New("unhealthy")
@@ -191,7 +195,9 @@ func httpCheck(ctx context.Context, p api.Params, re *regexp.Regexp) (map[string
 	if p["insecure"] == "true" {
 		tlsConf.InsecureSkipVerify = true
 	} else if p["ca_file"] != "" {
-		pem, err := os.ReadFile(p["ca_file"])
+		// Only a regular file, and only so much of it: /dev/zero read
+		// whole would exhaust the agent's memory.
+		pem, err := regularfile.Read(p["ca_file"], MaxCAFile)
 		if err != nil {
 			return facts, "", fmt.Errorf("ca_file: %w", err)
 		}
