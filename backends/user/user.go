@@ -344,6 +344,9 @@ func (b *Backend) present(ctx context.Context, req *backends.Request) (*backends
 	if err != nil {
 		return nil, err
 	}
+	if err := notRoot(cur, p["uid"]); err != nil {
+		return nil, err
+	}
 	var need []string
 	if g := p["group"]; g != "" {
 		need = append(need, g)
@@ -391,6 +394,23 @@ func (b *Backend) present(ctx context.Context, req *backends.Request) (*backends
 	f := facts(cur, curGroups)
 	f["changes"] = changes
 	return &backends.Result{Output: fmt.Sprintf("%s %s: %s", prog, name, strings.Join(changes, ", ")), Changed: true, Facts: f}, nil
+}
+
+// ErrRoot is a change to an account with uid 0, or one that would make
+// one: present and authorized_key are not dangerous, so anyone who may
+// run jobs may run them, and keys, shell, home or groups of uid 0 are a
+// root login given or root locked out. Such accounts are left to the
+// host's own provisioning.
+var ErrRoot = errors.New("accounts with uid 0 are not changed by the user backend")
+
+func notRoot(cur *account, uid string) error {
+	if cur != nil && cur.uid == 0 {
+		return fmt.Errorf("user %s has uid 0: %w", cur.name, ErrRoot)
+	}
+	if n, err := strconv.Atoi(uid); err == nil && n == 0 {
+		return fmt.Errorf("uid 0: %w", ErrRoot)
+	}
+	return nil
 }
 
 func facts(a *account, groups []string) map[string]any {
