@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
@@ -110,5 +111,29 @@ func TestInstallStopsAHugeDownload(t *testing.T) {
 	err := install(t, rke2.Options{ArtifactURL: srv.URL, Client: srv.Client(), MaxDownloadBytes: 1 << 20})
 	if err == nil || !strings.Contains(err.Error(), "more than") {
 		t.Fatalf("install of a 4 MiB tarball with a 1 MiB limit: got %v, want a download limit error", err)
+	}
+}
+
+// An https mirror that redirects to http would hand the tarball to
+// anyone on the path (the checksum was fetched over https, but a
+// downgraded checksum fetch would be as bad): redirects must stay on
+// https when the mirror is https.
+func TestInstallRefusesARedirectToHTTP(t *testing.T) {
+	tarball := tarGz(t, "bin/rke2", 1<<10)
+	var plainHits atomic.Int32
+	plain := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		plainHits.Add(1)
+		_, _ = w.Write(tarball)
+	}))
+	defer plain.Close()
+	srv := mirror(t, tarball, func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, plain.URL+r.URL.Path, http.StatusFound)
+	})
+	err := install(t, rke2.Options{ArtifactURL: srv.URL, Client: srv.Client()})
+	if err == nil {
+		t.Fatal("install followed a redirect from https to http")
+	}
+	if n := plainHits.Load(); n != 0 {
+		t.Fatalf("the http server was asked %d times", n)
 	}
 }

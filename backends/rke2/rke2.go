@@ -251,7 +251,25 @@ func (b *Backend) get(ctx context.Context, u string) (*http.Response, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fetch %s: %w", u, err)
 	}
-	resp, err := b.client.Do(req)
+	// An https mirror's redirects stay on https: one to http would let
+	// anyone on the path serve the checksum file and the tarball.
+	client := *b.client
+	if b.base.Scheme == "https" {
+		next := client.CheckRedirect
+		client.CheckRedirect = func(r *http.Request, via []*http.Request) error {
+			if r.URL.Scheme != "https" {
+				return fmt.Errorf("redirect to %s refused: the mirror is https", r.URL.Redacted())
+			}
+			if next != nil {
+				return next(r, via)
+			}
+			if len(via) >= 10 {
+				return errors.New("stopped after 10 redirects")
+			}
+			return nil
+		}
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("fetch %s: %w", u, context.Cause(ctx))
