@@ -154,6 +154,16 @@ func (c Config) builtinOptions() builtin.Options {
 		ResolvConfPath: c.Backends.ResolvConfPath, PackageManager: c.Backends.PackageManager,
 		RKE2ArtifactURL: c.Backends.RKE2.ArtifactURL, RKE2InstallRoot: c.Backends.RKE2.InstallRoot,
 		MaxOutputBytes: c.MaxOutputBytes}
+	// The agent's key and join token are never a job's to read or replace,
+	// whatever file_allowed_prefixes says.
+	for _, p := range []string{c.DataDir, c.JoinTokenFile} {
+		if p == "" {
+			continue
+		}
+		if abs, err := filepath.Abs(p); err == nil {
+			o.FileDeniedPaths = append(o.FileDeniedPaths, abs)
+		}
+	}
 	if len(c.Backends.Programs) > 0 {
 		o.Programs = map[string]builtin.ProgramSpec{}
 		for name, p := range c.Backends.Programs {
