@@ -36,6 +36,9 @@ func TestNoRootThroughUserActions(t *testing.T) {
 		{"root's shell", "present", api.Params{"name": "root", "shell": "/usr/sbin/nologin"}, "uid 0"},
 		{"root's groups", "present", api.Params{"name": "root", "groups": "daemon", "append": "true"}, "uid 0"},
 		{"a second uid 0", "present", api.Params{"name": "gridtestroot", "uid": "0"}, "uid 0"},
+		{"into sudo", "present", api.Params{"name": "daemon", "groups": "sudo", "append": "true"}, "root"},
+		{"primary group root", "present", api.Params{"name": "daemon", "group": "root"}, "root"},
+		{"a new user in sudo", "present", api.Params{"name": "gridtestsudo", "groups": "sudo"}, "root"},
 		{"keys in a home the user does not own", "authorized_key", api.Params{"user": "daemon", "key": testKey}, "not owned by"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
