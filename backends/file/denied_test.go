@@ -68,3 +68,40 @@ func TestDeniedPrefixesAreRefused(t *testing.T) {
 		t.Fatalf("write beside the denied directory: %v", err)
 	}
 }
+
+// A link under the prefix into /proc/self/root (the agent's root seen
+// through procfs), or a path that climbs out with "..", leads outside the
+// prefix and is refused like any other.
+func TestProcSelfRootAndDotDotAreOutside(t *testing.T) {
+	prefix := t.TempDir()
+	if err := os.Symlink("/proc/self/root/etc", filepath.Join(prefix, "etc")); err != nil {
+		t.Fatal(err)
+	}
+	b, err := file.New(file.Options{AllowedPrefixes: []string{prefix}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := backends.NewRegistry().MustRegister(b)
+	for _, tc := range []struct{ action, path string }{
+		{"read", filepath.Join(prefix, "etc", "passwd")},
+		{"write", filepath.Join(prefix, "etc", "grid-test-should-not-exist")},
+		{"read", prefix + "/../../../../etc/passwd"},
+		{"read", "/proc/self/root" + prefix + "/../../../etc/passwd"},
+	} {
+		params := api.Params{"path": tc.path}
+		if tc.action == "write" {
+			params["content"] = "x"
+		}
+		res, err := reg.Run(context.Background(), "file", &backends.Request{Action: tc.action, Params: params})
+		if !errors.Is(err, file.ErrOutside) {
+			out := ""
+			if res != nil {
+				out = res.Output
+			}
+			t.Errorf("%s %s: got %v (output %.40q), want %v", tc.action, tc.path, err, out, file.ErrOutside)
+		}
+	}
+	if _, err := os.Stat("/etc/grid-test-should-not-exist"); err == nil {
+		t.Fatal("a file was written in /etc")
+	}
+}
