@@ -61,6 +61,9 @@ type Config struct {
 	// its NKey and enrolls; unset, it connects without either (a controller
 	// started insecure).
 	CAFile string `yaml:"ca_file"`
+	// File is the config file the agent read (LoadConfig sets it), which
+	// jobs may not read or rewrite.
+	File string `yaml:"-"`
 	// JoinToken (or the file JoinTokenFile names) is the controllers' join
 	// token (DATA_DIR/join-token), needed for the first enrollment only.
 	JoinToken     string `yaml:"join_token"`
@@ -154,6 +157,18 @@ func (c Config) builtinOptions() builtin.Options {
 		ResolvConfPath: c.Backends.ResolvConfPath, PackageManager: c.Backends.PackageManager,
 		RKE2ArtifactURL: c.Backends.RKE2.ArtifactURL, RKE2InstallRoot: c.Backends.RKE2.InstallRoot,
 		MaxOutputBytes: c.MaxOutputBytes}
+	// The agent's key and join token are never a job's to read or replace,
+	// whatever file_allowed_prefixes says; nor its config (a job writing
+	// allow: ["*"] there would have every dangerous action after the next
+	// restart) or the CA it trusts the controllers by.
+	for _, p := range []string{c.DataDir, c.JoinTokenFile, c.File, c.CAFile} {
+		if p == "" {
+			continue
+		}
+		if abs, err := filepath.Abs(p); err == nil {
+			o.FileDeniedPaths = append(o.FileDeniedPaths, abs)
+		}
+	}
 	if len(c.Backends.Programs) > 0 {
 		o.Programs = map[string]builtin.ProgramSpec{}
 		for name, p := range c.Backends.Programs {
@@ -312,5 +327,9 @@ func (c Config) Validate() error {
 // the file sets (start from DefaultConfig). Unknown keys are errors, so a
 // misspelt setting is not silently ignored. The result is not validated.
 func LoadConfig(path string, into *Config) error {
-	return config.Load(path, "agent config", into)
+	if err := config.Load(path, "agent config", into); err != nil {
+		return err
+	}
+	into.File = path
+	return nil
 }

@@ -297,9 +297,11 @@ type Catalog struct {
 
 // MergeSchemas merges schema sets: a backend offered by several nodes is
 // listed once, with the union of its actions (the first declaration of an
-// action wins, except that an action one node marks dangerous is dangerous
-// and a param one node marks sensitive is sensitive: the controller's
-// policy, and whether a value is stored in clear, must not depend on which
+// action wins, except that an action one node marks dangerous is dangerous,
+// an action some node does not mark read-only is not read-only (grid_facts
+// runs only read-only actions at plan time) and a param one node marks
+// sensitive is sensitive: the controller's policy, what runs at plan time,
+// and whether a value is stored in clear, must not depend on which
 // node registered first).
 func MergeSchemas(sets ...[]BackendSchema) []BackendSchema {
 	byName := map[string]*BackendSchema{}
@@ -323,6 +325,7 @@ func MergeSchemas(sets ...[]BackendSchema) []BackendSchema {
 					continue
 				}
 				m.Actions[i].Dangerous = m.Actions[i].Dangerous || a.Dangerous
+				m.Actions[i].ReadOnly = m.Actions[i].ReadOnly && a.ReadOnly
 				for _, p := range a.Params {
 					if !p.Sensitive {
 						continue

@@ -137,9 +137,13 @@ func (b *Backend) install(ctx context.Context, req *backends.Request) (*backends
 		return &backends.Result{Output: fmt.Sprintf("%s %s is already installed", pkg, before),
 			Facts: facts(pkg, before)}, nil
 	}
-	target, extra := pkg, []string(nil)
+	// --no-remove: apt-get -y would otherwise remove whatever conflicts
+	// with the package (installing sysvinit-core removes systemd-sysv),
+	// and remove is the dangerous action, install is not. Such an install
+	// fails and says what it would remove.
+	target, extra := pkg, []string{"--no-remove"}
 	if want != "" {
-		target, extra = pkg+"="+want, []string{"--allow-downgrades"}
+		target, extra = pkg+"="+want, append(extra, "--allow-downgrades")
 	}
 	if req.CheckMode {
 		out, err := b.AptGet(ctx, true, "install", extra, target)

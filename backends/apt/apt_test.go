@@ -124,15 +124,15 @@ func TestAptArgv(t *testing.T) {
 		version   string   // facts["version"]
 	}{
 		{"install", nil, backends.Request{Action: "install", Params: api.Params{"package": "curl"}},
-			true, []string{"install", "--", "curl"}, "8.0", "8.0"},
+			true, []string{"--no-remove", "install", "--", "curl"}, "8.0", "8.0"},
 		{"install present", map[string]string{"curl": "7.0"}, backends.Request{Action: "install", Params: api.Params{"package": "curl"}},
 			false, nil, "7.0", "7.0"},
 		{"install version", map[string]string{"curl": "7.0"}, backends.Request{Action: "install", Params: api.Params{"package": "curl", "version": "1:7.5-2"}},
-			true, []string{"--allow-downgrades", "install", "--", "curl=1:7.5-2"}, "1:7.5-2", "1:7.5-2"},
+			true, []string{"--no-remove", "--allow-downgrades", "install", "--", "curl=1:7.5-2"}, "1:7.5-2", "1:7.5-2"},
 		{"install same version", map[string]string{"curl": "7.0"}, backends.Request{Action: "install", Params: api.Params{"package": "curl", "version": "7.0"}},
 			false, nil, "7.0", "7.0"},
 		{"install check", nil, backends.Request{Action: "install", CheckMode: true, Params: api.Params{"package": "curl"}},
-			true, []string{"-s", "install", "--", "curl"}, "", ""},
+			true, []string{"-s", "--no-remove", "install", "--", "curl"}, "", ""},
 		{"install check present", map[string]string{"curl": "7.0"}, backends.Request{Action: "install", CheckMode: true, Params: api.Params{"package": "curl"}},
 			false, nil, "7.0", "7.0"},
 		{"remove", map[string]string{"curl": "7.0"}, backends.Request{Action: "remove", Params: api.Params{"package": "curl", "purge": "false"}},

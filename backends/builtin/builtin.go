@@ -41,6 +41,10 @@ type Options struct {
 	// FileAllowedPrefixes are the directories the file backend may touch.
 	// None (and no Sandbox): the file backend refuses every path.
 	FileAllowedPrefixes []string
+	// FileDeniedPaths are paths file and config never touch, even under an
+	// allowed prefix or the sandbox: the agent's data directory and
+	// secrets.
+	FileDeniedPaths []string
 	// ResolvConfPath is the file net.dns_get reads and net.dns_set writes;
 	// default /etc/resolv.conf.
 	ResolvConfPath string
@@ -78,7 +82,7 @@ func New(opts Options) (*backends.Registry, error) {
 		}
 		opts.RKE2InstallRoot = filepath.Join(sb, "rke2")
 	}
-	f, err := file.New(file.Options{AllowedPrefixes: prefixes, MaxReadBytes: opts.MaxOutputBytes})
+	f, err := file.New(file.Options{AllowedPrefixes: prefixes, DeniedPrefixes: opts.FileDeniedPaths, MaxReadBytes: opts.MaxOutputBytes})
 	if err != nil {
 		return nil, err
 	}

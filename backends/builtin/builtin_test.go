@@ -87,7 +87,7 @@ func TestDangerousActionsOffByDefault(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"apt.remove", "apt.upgrade", "firewall.remove", "net.dns_set", "package.remove", "package.upgrade", "proc.signal", "rke2.stop", "rke2.uninstall", "systemd.disable", "systemd.stop", "user.absent", "user.group_absent"}
+	want := []string{"apt.remove", "apt.upgrade", "firewall.deny", "firewall.remove", "net.dns_set", "package.remove", "package.upgrade", "proc.signal", "rke2.stop", "rke2.uninstall", "systemd.disable", "systemd.stop", "user.absent", "user.group_absent"}
 	var got []string
 	for _, name := range []string{"apt", "config", "file", "firewall", "net", "package", "ping", "proc", "rke2", "sysinfo", "systemd", "test", "user"} {
 		b, _ := r.Get(name)

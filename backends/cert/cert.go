@@ -18,15 +18,14 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"io"
 	stdnet "net"
-	"os"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
 	"github.com/gridfleet/terraform-provider-grid/backends"
+	"github.com/gridfleet/terraform-provider-grid/backends/internal/regularfile"
 )
 
 // Patterns of the params.
@@ -174,23 +173,11 @@ func load(ctx context.Context, p api.Params) (chain []*x509.Certificate, source,
 }
 
 func readPEM(path string) ([]*x509.Certificate, error) {
-	f, err := os.Open(path)
+	// Only a regular file is opened: a device or FIFO would never end, or
+	// act on the host when opened.
+	data, err := regularfile.Read(path, MaxPEM)
 	if err != nil {
 		return nil, fmt.Errorf("read certificates: %w", err)
-	}
-	defer f.Close()
-	// A device or FIFO would never end; only regular files are read.
-	if st, err := f.Stat(); err != nil {
-		return nil, fmt.Errorf("read certificates: %w", err)
-	} else if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("read certificates: %s is not a regular file", path)
-	}
-	data, err := io.ReadAll(io.LimitReader(f, MaxPEM+1))
-	if err != nil {
-		return nil, fmt.Errorf("read certificates: %w", err)
-	}
-	if len(data) > MaxPEM {
-		return nil, fmt.Errorf("read certificates: %s is larger than %d bytes", path, MaxPEM)
 	}
 	var out []*x509.Certificate
 	for {

@@ -272,7 +272,7 @@ func parseJSON(data string) (doc, error) {
 	d.newline = strings.HasSuffix(data, "\n")
 	dec := json.NewDecoder(strings.NewReader(data))
 	dec.UseNumber()
-	root, err := jsonRead(dec)
+	root, err := jsonRead(dec, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -286,7 +286,16 @@ func parseJSON(data string) (doc, error) {
 	return d, nil
 }
 
-func jsonRead(dec *json.Decoder) (*jnode, error) {
+// maxJSONDepth is the deepest nesting parseJSON takes. The decoder's Token
+// API has no limit of its own and jsonRead recurses once per level: a file
+// of nothing but '[' would otherwise overflow the goroutine stack, a fatal
+// error that takes the whole agent down.
+const maxJSONDepth = 1000
+
+func jsonRead(dec *json.Decoder, depth int) (*jnode, error) {
+	if depth > maxJSONDepth {
+		return nil, fmt.Errorf("nested more than %d levels deep", maxJSONDepth)
+	}
 	tok, err := dec.Token()
 	if err != nil {
 		return nil, err
@@ -303,7 +312,7 @@ func jsonRead(dec *json.Decoder) (*jnode, error) {
 				k, _ := kt.(string)
 				n.keys = append(n.keys, k)
 			}
-			v, err := jsonRead(dec)
+			v, err := jsonRead(dec, depth+1)
 			if err != nil {
 				return nil, err
 			}

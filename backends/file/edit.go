@@ -77,7 +77,7 @@ func (b *Backend) editActions(path, owner, group api.ParamSchema) []api.ActionSc
 
 func (b *Backend) read(req *backends.Request, root *os.Root, rel string) (*backends.Result, error) {
 	name := req.Params["path"]
-	f, err := root.Open(rel)
+	f, err := openRegular(root, rel)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", name, err)
 	}
@@ -123,7 +123,7 @@ type current struct {
 // load reads the file an edit starts from, refusing directories and files
 // too large to edit in memory.
 func load(root *os.Root, rel, name string) (current, error) {
-	f, err := root.Open(rel)
+	f, err := openRegular(root, rel)
 	if errors.Is(err, fs.ErrNotExist) {
 		return current{uid: -1, gid: -1}, nil
 	}

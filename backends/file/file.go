@@ -62,11 +62,17 @@ type Options struct {
 	// HTTPClient fetches copy's URLs; default: one that honours the proxy
 	// environment and the system's CA roots.
 	HTTPClient *http.Client
+	// DeniedPrefixes are paths no action may reach even under an allowed
+	// prefix, nor remove a directory holding: the agent's own data
+	// directory and secrets (its key, its join token), which would let
+	// whoever reads them act as the node.
+	DeniedPrefixes []string
 }
 
 // Backend is the file backend.
 type Backend struct {
 	prefixes []string
+	denied   []string
 	maxRead  int
 	client   *http.Client
 }
@@ -85,6 +91,17 @@ func New(opts Options) (*Backend, error) {
 			return nil, fmt.Errorf("file backend: allowed prefix %q is not an absolute path", p)
 		}
 		b.prefixes = append(b.prefixes, filepath.Clean(p))
+	}
+	for _, p := range opts.DeniedPrefixes {
+		if !filepath.IsAbs(p) {
+			return nil, fmt.Errorf("file backend: denied path %q is not an absolute path", p)
+		}
+		// Resolved, as the paths it is compared with are.
+		p = filepath.Clean(p)
+		if rp, err := filepath.EvalSymlinks(p); err == nil {
+			p = rp
+		}
+		b.denied = append(b.denied, p)
 	}
 	return b, nil
 }
@@ -164,6 +181,13 @@ func (b *Backend) openBeneath(p string, followFinal bool) (*os.Root, string, err
 	resolved, err := b.Resolve(p, followFinal)
 	if err != nil {
 		return nil, "", err
+	}
+	for _, d := range b.denied {
+		// Only remove does not follow the final link, and only remove
+		// takes a directory's whole tree with it.
+		if within(resolved, d) || (!followFinal && within(d, resolved)) {
+			return nil, "", fmt.Errorf("%s: %w: %s is the agent's own and never touched by jobs", p, ErrOutside, d)
+		}
 	}
 	best := ""
 	for _, pr := range b.prefixes {
@@ -271,6 +295,8 @@ func (b *Backend) write(req *backends.Request, root *os.Root, rel string) (*back
 	switch {
 	case err == nil && fi.IsDir():
 		return nil, fmt.Errorf("%s is a directory", req.Params["path"])
+	case err == nil && !fi.Mode().IsRegular():
+		return nil, fmt.Errorf("%s exists and is not a regular file", req.Params["path"])
 	case err == nil:
 		have, herr := hashFile(root, rel)
 		if herr != nil {
@@ -422,12 +448,23 @@ func stat(name string, root *os.Root, rel string) (*backends.Result, error) {
 	return &backends.Result{Output: fmt.Sprintf("%s: %s, %d bytes, mode %s", name, facts["type"], fi.Size(), facts["mode"]), Facts: facts}, nil
 }
 
+// openRegular opens a file for reading without waiting on it: O_NONBLOCK
+// makes opening a FIFO return at once (a blocking open waits for a writer,
+// hanging the action past its timeout), and callers then refuse anything
+// but a regular file, where the flag changes nothing.
+func openRegular(root *os.Root, rel string) (*os.File, error) {
+	return root.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+}
+
 func hashFile(root *os.Root, path string) (string, error) {
-	f, err := root.Open(path)
+	f, err := openRegular(root, path)
 	if err != nil {
 		return "", fmt.Errorf("read %s: %w", path, err)
 	}
 	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return "", fmt.Errorf("read %s: not a regular file", path)
+	}
 	h := sha256.New()
 	if _, err := io.Copy(h, f); err != nil {
 		return "", fmt.Errorf("read %s: %w", path, err)

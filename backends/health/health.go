@@ -19,16 +19,18 @@ import (
 	"io"
 	stdnet "net"
 	"net/http"
+	"net/netip"
 	"net/url"
-	"os"
 	"regexp"
 	"runtime"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
 	"github.com/gridfleet/terraform-provider-grid/backends"
 	"github.com/gridfleet/terraform-provider-grid/backends/internal/procfs"
+	"github.com/gridfleet/terraform-provider-grid/backends/internal/regularfile"
 	"github.com/gridfleet/terraform-provider-grid/backends/sysinfo"
 	"github.com/gridfleet/terraform-provider-grid/backends/systemd"
 )
@@ -44,8 +46,41 @@ const (
 	PctPattern     = `^([0-9]|[1-9][0-9]|100)$`
 )
 
+// ErrLinkLocal is an http check aimed at a link-local address or the
+// cloud's instance metadata service.
+var ErrLinkLocal = errors.New("link-local and instance metadata addresses are not checked")
+
+// awsMetadataV6 is the instance metadata service's IPv6 address on AWS,
+// which is not link-local.
+var awsMetadataV6 = netip.MustParseAddr("fd00:ec2::254")
+
+// refuseLinkLocal is the http check's dial Control: it sees the address
+// actually dialled, after name resolution, so neither a literal nor a
+// name (or a DNS answer) leading to the metadata service gets through.
+// body_pattern is an oracle on the body, and the metadata service's body
+// holds the node's cloud credentials.
+func refuseLinkLocal(_, address string, _ syscall.RawConn) error {
+	host, _, err := stdnet.SplitHostPort(address)
+	if err != nil {
+		return err
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return err
+	}
+	ip = ip.Unmap()
+	if ip.IsLinkLocalUnicast() || ip.WithZone("") == awsMetadataV6 {
+		return fmt.Errorf("%s: %w", ip, ErrLinkLocal)
+	}
+	return nil
+}
+
 // MaxBody is how much of a response body the http check reads and matches.
 const MaxBody = 1 << 20
+
+// MaxCAFile is the largest ca_file the http check reads (a system's whole
+// CA bundle is a few hundred KiB).
+const MaxCAFile = 4 << 20
 
 // ErrUnhealthy is what a failed check's error wraps.
 var ErrUnhealthy = errors.New("unhealthy")
@@ -191,7 +226,9 @@ func httpCheck(ctx context.Context, p api.Params, re *regexp.Regexp) (map[string
 	if p["insecure"] == "true" {
 		tlsConf.InsecureSkipVerify = true
 	} else if p["ca_file"] != "" {
-		pem, err := os.ReadFile(p["ca_file"])
+		// Only a regular file, and only so much of it: /dev/zero read
+		// whole would exhaust the agent's memory.
+		pem, err := regularfile.Read(p["ca_file"], MaxCAFile)
 		if err != nil {
 			return facts, "", fmt.Errorf("ca_file: %w", err)
 		}
@@ -204,7 +241,8 @@ func httpCheck(ctx context.Context, p api.Params, re *regexp.Regexp) (map[string
 	client := &http.Client{
 		// No Proxy: the check reaches the URL itself, not whatever the
 		// agent's environment points at.
-		Transport: &http.Transport{TLSClientConfig: tlsConf, DisableKeepAlives: true},
+		Transport: &http.Transport{TLSClientConfig: tlsConf, DisableKeepAlives: true,
+			DialContext: (&stdnet.Dialer{Control: refuseLinkLocal}).DialContext},
 		// A redirect is the answer checked, not a hop to another address.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}

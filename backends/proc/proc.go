@@ -272,8 +272,9 @@ func (b *Backend) signal(p api.Params, check bool) (*backends.Result, error) {
 	pids := make([]int, len(targets))
 	for i, pr := range targets {
 		// init and the agent itself are never signalled: either would
-		// take the node out of reach.
-		if pr.PID == 1 || pr.PID == os.Getpid() {
+		// take the node out of reach. A thread's id signals its whole
+		// process, so a thread of either is refused too.
+		if pr.PID == 1 || pr.PID == os.Getpid() || pr.Tgid == 1 || pr.Tgid == os.Getpid() {
 			return nil, fmt.Errorf("refusing to signal pid %d (%s)", pr.PID, pr.Name)
 		}
 		pids[i] = pr.PID

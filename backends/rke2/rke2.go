@@ -62,7 +62,20 @@ type Options struct {
 	SystemctlPath string
 	// Client fetches the artifacts; default http.DefaultClient.
 	Client *http.Client
+	// MaxDownloadBytes bounds the tarball download, and MaxUnpackBytes
+	// what it unpacks to; defaults DefaultMaxDownloadBytes and
+	// DefaultMaxUnpackBytes. The mirror publishes the checksum of what it
+	// serves, so the checksum alone does not stop a mirror (or whoever
+	// answers for its name over http) filling the disk.
+	MaxDownloadBytes, MaxUnpackBytes int64
 }
+
+// Default limits: an RKE2 tarball is some 40 MiB and unpacks to some
+// 150 MiB.
+const (
+	DefaultMaxDownloadBytes = 1 << 30
+	DefaultMaxUnpackBytes   = 4 << 30
+)
 
 // Backend is the rke2 backend.
 type Backend struct {
@@ -73,6 +86,8 @@ type Backend struct {
 	systemctl string
 	units     *systemd.Backend
 	client    *http.Client
+	maxDown   int64
+	maxUnpack int64
 	// mu serializes install and uninstall: two at once on one node would
 	// interleave their files and records.
 	mu sync.Mutex
@@ -93,6 +108,13 @@ func New(opts Options) *Backend {
 	}
 	if b.client == nil {
 		b.client = http.DefaultClient
+	}
+	b.maxDown, b.maxUnpack = opts.MaxDownloadBytes, opts.MaxUnpackBytes
+	if b.maxDown <= 0 {
+		b.maxDown = DefaultMaxDownloadBytes
+	}
+	if b.maxUnpack <= 0 {
+		b.maxUnpack = DefaultMaxUnpackBytes
 	}
 	b.units = systemd.New(systemd.Options{SystemctlPath: b.systemctl})
 	switch u, err := url.Parse(opts.ArtifactURL); {
@@ -229,7 +251,25 @@ func (b *Backend) get(ctx context.Context, u string) (*http.Response, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fetch %s: %w", u, err)
 	}
-	resp, err := b.client.Do(req)
+	// An https mirror's redirects stay on https: one to http would let
+	// anyone on the path serve the checksum file and the tarball.
+	client := *b.client
+	if b.base.Scheme == "https" {
+		next := client.CheckRedirect
+		client.CheckRedirect = func(r *http.Request, via []*http.Request) error {
+			if r.URL.Scheme != "https" {
+				return fmt.Errorf("redirect to %s refused: the mirror is https", r.URL.Redacted())
+			}
+			if next != nil {
+				return next(r, via)
+			}
+			if len(via) >= 10 {
+				return errors.New("stopped after 10 redirects")
+			}
+			return nil
+		}
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("fetch %s: %w", u, context.Cause(ctx))
@@ -343,7 +383,12 @@ func (b *Backend) fetchVerified(ctx context.Context, version, tarball, want stri
 		return "", fmt.Errorf("rke2 download: %w", err)
 	}
 	h := sha256.New()
-	_, err = io.Copy(io.MultiWriter(f, h), resp.Body)
+	// One byte past the limit tells a tarball too large from one that
+	// fits exactly.
+	n, err := io.Copy(io.MultiWriter(f, h), io.LimitReader(resp.Body, b.maxDown+1))
+	if err == nil && n > b.maxDown {
+		err = fmt.Errorf("%s is more than %d bytes", tarball, b.maxDown)
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -384,6 +429,9 @@ func (b *Backend) unpack(tarPath string) ([]string, error) {
 		return nil, fmt.Errorf("rke2 unpack: %w", err)
 	}
 	var files []string
+	// left bounds what the entries unpack to, all together: a small
+	// tarball can hold terabytes of zeros.
+	left := b.maxUnpack
 	tr := tar.NewReader(gz)
 	for {
 		h, err := tr.Next()
@@ -407,6 +455,10 @@ func (b *Backend) unpack(tarPath string) ([]string, error) {
 				return files, fmt.Errorf("rke2 unpack %s: %w", name, err)
 			}
 		case tar.TypeReg:
+			if h.Size > left {
+				return files, fmt.Errorf("rke2 unpack: the tarball unpacks to more than %d bytes", b.maxUnpack)
+			}
+			left -= h.Size
 			if err := writeFile(root, rel, tr, h.FileInfo().Mode().Perm()); err != nil {
 				return files, fmt.Errorf("rke2 unpack %s: %w", name, err)
 			}

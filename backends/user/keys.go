@@ -119,6 +119,9 @@ func (b *Backend) authorizedKey(ctx context.Context, req *backends.Request) (*ba
 	if acct == nil {
 		return nil, fmt.Errorf("user %s does not exist", name)
 	}
+	if err := notRoot(acct, ""); err != nil {
+		return nil, err
+	}
 	return writeKeys(req, acct, want, state)
 }
 
@@ -131,6 +134,14 @@ func writeKeys(req *backends.Request, acct *account, want []keyLine, state strin
 		return nil, fmt.Errorf("home of %s: %w", acct.name, err)
 	}
 	defer root.Close()
+	// ~/.ssh is made or chowned to the user: in a home the user does not
+	// own (daemon's /usr/sbin, or home=/root given to a new user) that
+	// would hand them a directory inside someone else's.
+	if hfi, err := root.Stat("."); err != nil {
+		return nil, fmt.Errorf("home of %s: %w", acct.name, err)
+	} else if st, ok := hfi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != acct.uid {
+		return nil, fmt.Errorf("home %s of %s is not owned by it (uid %d): refusing to write ~/.ssh there", acct.home, acct.name, st.Uid)
+	}
 	const dir, file = ".ssh", ".ssh/authorized_keys"
 	path := acct.home + "/" + file
 	facts := map[string]any{"user": acct.name, "path": path}

@@ -344,6 +344,9 @@ func (b *Backend) present(ctx context.Context, req *backends.Request) (*backends
 	if err != nil {
 		return nil, err
 	}
+	if err := notRoot(cur, p["uid"]); err != nil {
+		return nil, err
+	}
 	var need []string
 	if g := p["group"]; g != "" {
 		need = append(need, g)
@@ -364,6 +367,9 @@ func (b *Backend) present(ctx context.Context, req *backends.Request) (*backends
 		if curGroups, primary, err = b.supplementary(ctx, cur); err != nil {
 			return nil, err
 		}
+	}
+	if err := b.noRootGroups(ctx, need, curGroups, primary); err != nil {
+		return nil, err
 	}
 	args, changes := userArgs(p, cur, curGroups, primary, groupGID)
 	prog := "usermod"
@@ -391,6 +397,49 @@ func (b *Backend) present(ctx context.Context, req *backends.Request) (*backends
 	f := facts(cur, curGroups)
 	f["changes"] = changes
 	return &backends.Result{Output: fmt.Sprintf("%s %s: %s", prog, name, strings.Join(changes, ", ")), Changed: true, Facts: f}, nil
+}
+
+// ErrRoot is a change to an account with uid 0, one that would make one,
+// or one that adds a user to a root group: present and authorized_key are
+// not dangerous, so anyone who may run jobs may run them, and keys, shell,
+// home or groups of uid 0 are a root login given or root locked out, as
+// sudo or wheel membership is root given. Those are left to the host's
+// own provisioning.
+var ErrRoot = errors.New("the user backend gives no account root (uid 0, or a root group)")
+
+func notRoot(cur *account, uid string) error {
+	if cur != nil && cur.uid == 0 {
+		return fmt.Errorf("user %s has uid 0: %w", cur.name, ErrRoot)
+	}
+	if n, err := strconv.Atoi(uid); err == nil && n == 0 {
+		return fmt.Errorf("uid 0: %w", ErrRoot)
+	}
+	return nil
+}
+
+// RootGroups are groups whose purpose is root: sudo's (Debian, Ubuntu),
+// wheel (RHEL, Fedora, SUSE), admin (older Ubuntu). A group with gid 0 is
+// one too. Other groups can be as good as root (docker, lxd, disk); the
+// node's sudoers and such groups stay the host's to manage.
+var RootGroups = []string{"sudo", "wheel", "admin"}
+
+// noRootGroups refuses to put a user into a root group it is not in yet
+// (a primary or supplementary group from need): that is root for whoever
+// logs in as the user, which present, not being dangerous, must not give.
+func (b *Backend) noRootGroups(ctx context.Context, need, curGroups []string, primary string) error {
+	for _, g := range need {
+		if g == primary || slices.Contains(curGroups, g) {
+			continue
+		}
+		gid, err := b.lookupGroup(ctx, g)
+		if err != nil {
+			return err
+		}
+		if gid == 0 || slices.Contains(RootGroups, g) {
+			return fmt.Errorf("group %s gives root: %w", g, ErrRoot)
+		}
+	}
+	return nil
 }
 
 func facts(a *account, groups []string) map[string]any {

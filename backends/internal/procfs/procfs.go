@@ -25,6 +25,10 @@ const ClockTicks = 100
 // Process is one process as /proc shows it.
 type Process struct {
 	PID, PPID int
+	// Tgid is the process a thread belongs to: PID itself for a process,
+	// another for a thread (whose /proc/TID exists too, though /proc does
+	// not list it).
+	Tgid int
 	// Name is the kernel's short name (comm, at most 15 bytes).
 	Name  string
 	State string
@@ -103,7 +107,14 @@ func Read(root string, pid int) (Process, error) {
 	}
 	defer status.Close()
 	sc := bufio.NewScanner(status)
+	p.Tgid = p.PID
 	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "Tgid:"); ok {
+			if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil {
+				p.Tgid = n
+			}
+			continue
+		}
 		if v, ok := strings.CutPrefix(sc.Text(), "Uid:"); ok {
 			if f := strings.Fields(v); len(f) > 0 {
 				p.UID, _ = strconv.Atoi(f[0])

@@ -1,4 +1,6 @@
-# A host baseline on every node in group web: a deploy user with a key,
+# A host baseline on every node in group web: a deploy user with a key
+# (in adm, to read logs; sudo, wheel and admin are refused: no job gives
+# root),
 # one key of an app's config and a line of sshd's, and the app's port open
 # to the private network. Each action changes only what differs, so
 # running the job again (a new trigger) changes nothing; check_mode = true
@@ -9,7 +11,7 @@ resource "grid_job" "baseline" {
   tasks = [{
     tasks = [
       { backend = "user", action = "group_present", params = { name = "deploy" } },
-      { backend = "user", action = "present", params = { name = "deploy", group = "deploy", groups = "sudo", shell = "/bin/bash" } },
+      { backend = "user", action = "present", params = { name = "deploy", group = "deploy", groups = "adm", shell = "/bin/bash" } },
       { backend = "user", action = "authorized_key", params = { user = "deploy", key = file("ci.pub") } },
       { backend = "config", action = "set", params = { path = "/etc/myapp/app.yaml", key = "server.port", value = "8080", type = "int" } },
       { backend = "file", action = "line", params = { path = "/etc/ssh/sshd_config", regexp = "^#?PasswordAuthentication ", line = "PasswordAuthentication no" } },
