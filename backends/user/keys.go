@@ -139,8 +139,8 @@ func writeKeys(req *backends.Request, acct *account, want []keyLine, state strin
 	// would hand them a directory inside someone else's.
 	if hfi, err := root.Stat("."); err != nil {
 		return nil, fmt.Errorf("home of %s: %w", acct.name, err)
-	} else if st, ok := hfi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != acct.uid {
-		return nil, fmt.Errorf("home %s of %s is not owned by it (uid %d): refusing to write ~/.ssh there", acct.home, acct.name, st.Uid)
+	} else if uid, _, ok := fsowner.Of(hfi); ok && uid != acct.uid {
+		return nil, fmt.Errorf("home %s of %s is not owned by it (uid %d): refusing to write ~/.ssh there", acct.home, acct.name, uid)
 	}
 	const dir, file = ".ssh", ".ssh/authorized_keys"
 	path := acct.home + "/" + file

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package regularfile reads a file that a job names anywhere on the host
 // (a CA bundle, a certificate) for a read-only action, refusing anything
 // but a regular file before it is opened for reading.
