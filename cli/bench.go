@@ -570,7 +570,7 @@ counted as skipped: the controller did not keep up with the rate.`,
 			}
 			_, _ = fmt.Fprintf(g.stderr, "bench: %g jobs/s to %d agents for %s, a sample every %s\n", rate, bf.agents, duration, interval)
 			samples, err := env.Soak(ctx, bench.SoakOptions{Rate: rate, Duration: duration, Interval: interval, MaxInFlight: inFlight,
-				ControllerPID: ctl.PID(), OnSample: func(s bench.SoakSample) {
+				ControllerPID: ctl.PID(), StoreDir: ctl.DataDir, OnSample: func(s bench.SoakSample) {
 					_, _ = fmt.Fprintf(g.stderr, "  %.1f min: %d jobs (%d failed, %d skipped), p50 %.1f ms, p99 %.1f ms; controller RSS %.1f MiB, live heap %.1f MiB, %d goroutines, %d files; KV_jobs %.2f MiB, results %.2f MiB; agent RSS %.1f MiB, %d files\n",
 						s.Minutes, s.Jobs, s.Failed, s.Skipped, s.P50Ms, s.P99Ms, s.CtlRSSMiB, s.CtlLiveHeapMiB, s.CtlGoroutines, s.CtlOpenFDs,
 						float64(s.JobsStoreBytes)/(1<<20), float64(s.ResultsBytes)/(1<<20), s.AgentRSSMiB, s.AgentOpenFDs)

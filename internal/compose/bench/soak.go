@@ -139,6 +139,9 @@ type SoakOptions struct {
 	MaxInFlight int
 	// ControllerPID is the controller's process (its RSS from /proc).
 	ControllerPID int
+	// StoreDir, when set, is the controller's JetStream store on this
+	// machine (its data dir): the streams' size on disk is read there.
+	StoreDir string
 	// OnSample, when set, receives each sample as it is taken.
 	OnSample func(SoakSample)
 }
@@ -172,6 +175,10 @@ type SoakSample struct {
 	// the results stream hold on disk.
 	JobsStoreBytes uint64 `json:"kv_jobs_bytes"`
 	ResultsBytes   uint64 `json:"results_bytes"`
+	// JobsDiskBytes and ResultsDiskBytes are their files' size on disk
+	// (compressed blocks; 0 without SoakOptions.StoreDir).
+	JobsDiskBytes    uint64 `json:"kv_jobs_disk_bytes"`
+	ResultsDiskBytes uint64 `json:"results_disk_bytes"`
 	// One agent process: RSS and open files.
 	AgentRSSMiB  float64 `json:"agent_rss_mib"`
 	AgentOpenFDs int     `json:"agent_open_fds"`
@@ -234,7 +241,7 @@ func (e *Env) Soak(ctx context.Context, opts SoakOptions) ([]SoakSample, error) 
 	start := time.Now()
 	sample := func() {
 		lat, failed, skipped, total, errs := w.take()
-		s := e.soakSample(ctx, opts.ControllerPID)
+		s := e.soakSample(ctx, opts.ControllerPID, opts.StoreDir)
 		s.Minutes = time.Since(start).Minutes()
 		s.Jobs, s.Failed, s.Skipped, s.JobsTotal = len(lat), failed, skipped, total
 		s.P50Ms, s.P99Ms = ms(Percentile(lat, 50)), ms(Percentile(lat, 99))
@@ -313,7 +320,7 @@ loop:
 
 // soakSample reads the state figures of a sample; what cannot be read is
 // named in Errors and left 0.
-func (e *Env) soakSample(ctx context.Context, ctlPID int) SoakSample {
+func (e *Env) soakSample(ctx context.Context, ctlPID int, storeDir string) SoakSample {
 	var s SoakSample
 	fail := func(what string, err error) { s.Errors = append(s.Errors, what+": "+err.Error()) }
 	if ctlPID > 0 {
@@ -346,6 +353,15 @@ func (e *Env) soakSample(ctx context.Context, ctlPID int) SoakSample {
 		s.ResultsBytes = b
 	} else {
 		fail("results", err)
+	}
+	if storeDir != "" {
+		var err error
+		if s.JobsDiskBytes, err = streamDiskBytes(storeDir, bus.KVStream(api.BucketJobs)); err != nil {
+			fail("KV_jobs on disk", err)
+		}
+		if s.ResultsDiskBytes, err = streamDiskBytes(storeDir, api.StreamResults); err != nil {
+			fail("results on disk", err)
+		}
 	}
 	e.mu.Lock()
 	var agentPID int
@@ -394,4 +410,42 @@ func OpenFDs(pid int) (int, error) {
 		return 0, err
 	}
 	return len(ents), nil
+}
+
+// streamDiskBytes sums the sizes of a stream's files in a JetStream store
+// (<store>/jetstream/<account>/streams/<name>/..., the store being the
+// data dir or, for the controller's embedded server, its jetstream
+// subdirectory).
+func streamDiskBytes(dir, name string) (uint64, error) {
+	var dirs []string
+	for _, pattern := range []string{filepath.Join(dir, "jetstream", "*", "streams", name), filepath.Join(dir, "jetstream", "jetstream", "*", "streams", name)} {
+		m, err := filepath.Glob(pattern)
+		if err != nil {
+			return 0, err
+		}
+		dirs = append(dirs, m...)
+	}
+	if len(dirs) == 0 {
+		return 0, fmt.Errorf("no stream %s under %s", name, dir)
+	}
+	var n uint64
+	for _, d := range dirs {
+		err := filepath.WalkDir(d, func(_ string, de os.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if de.Type().IsRegular() {
+				fi, err := de.Info()
+				if err != nil {
+					return err
+				}
+				n += uint64(fi.Size())
+			}
+			return nil
+		})
+		if err != nil {
+			return 0, err
+		}
+	}
+	return n, nil
 }

@@ -28,9 +28,12 @@ type SoakReport struct {
 	// JobsBytesPerNode and ResultsBytesPerNode are what the jobs bucket
 	// and the results stream grew by over the run, per completed job and
 	// per node it ran on.
-	JobsBytesPerNode    float64      `json:"kv_jobs_bytes_per_job_node"`
-	ResultsBytesPerNode float64      `json:"results_bytes_per_job_node"`
-	Samples             []SoakSample `json:"samples"`
+	JobsBytesPerNode    float64 `json:"kv_jobs_bytes_per_job_node"`
+	ResultsBytesPerNode float64 `json:"results_bytes_per_job_node"`
+	// The same on disk (compressed blocks).
+	JobsDiskPerNode    float64      `json:"kv_jobs_disk_bytes_per_job_node"`
+	ResultsDiskPerNode float64      `json:"results_disk_bytes_per_job_node"`
+	Samples            []SoakSample `json:"samples"`
 }
 
 // NewSoakReport computes the storage per job and node from the first and
@@ -45,6 +48,8 @@ func NewSoakReport(agents, procs int, rate, intervalS float64, samples []SoakSam
 	if n := float64(last.JobsTotal) * float64(agents); n > 0 {
 		r.JobsBytesPerNode = math.Round((float64(last.JobsStoreBytes) - float64(first.JobsStoreBytes)) / n)
 		r.ResultsBytesPerNode = math.Round((float64(last.ResultsBytes) - float64(first.ResultsBytes)) / n)
+		r.JobsDiskPerNode = math.Round((float64(last.JobsDiskBytes) - float64(first.JobsDiskBytes)) / n)
+		r.ResultsDiskPerNode = math.Round((float64(last.ResultsDiskBytes) - float64(first.ResultsDiskBytes)) / n)
 	}
 	return r
 }
@@ -61,7 +66,8 @@ func (r SoakReport) Table(w io.Writer) {
 			s.CtlGoroutines, s.CtlOpenFDs, toMiB(s.JobsStoreBytes), toMiB(s.ResultsBytes), s.AgentRSSMiB, s.AgentOpenFDs)
 	}
 	_ = tw.Flush()
-	_, _ = fmt.Fprintf(w, "stored per completed job and node: KV_jobs %.0f bytes, results %.0f bytes\n", r.JobsBytesPerNode, r.ResultsBytesPerNode)
+	_, _ = fmt.Fprintf(w, "stored per completed job and node: KV_jobs %.0f bytes (%.0f on disk), results %.0f bytes (%.0f on disk)\n",
+		r.JobsBytesPerNode, r.JobsDiskPerNode, r.ResultsBytesPerNode, r.ResultsDiskPerNode)
 	for _, s := range r.Samples {
 		for _, e := range s.Errors {
 			_, _ = fmt.Fprintf(w, "at %.1f min: %s\n", s.Minutes, e)
@@ -98,6 +104,8 @@ var soakPanels = []soakPanel{
 	{"stored (JetStream)", "MiB", []soakLine{
 		{"KV_jobs", func(s SoakSample) float64 { return toMiB(s.JobsStoreBytes) }},
 		{"results", func(s SoakSample) float64 { return toMiB(s.ResultsBytes) }},
+		{"KV_jobs on disk", func(s SoakSample) float64 { return toMiB(s.JobsDiskBytes) }},
+		{"results on disk", func(s SoakSample) float64 { return toMiB(s.ResultsDiskBytes) }},
 	}},
 	{"job latency, submit to completed, per interval", "ms", []soakLine{
 		{"p50", func(s SoakSample) float64 { return s.P50Ms }},
