@@ -84,3 +84,30 @@ func TestBenchSoakShort(t *testing.T) {
 		t.Errorf("plot is not a PNG: %v", err)
 	}
 }
+
+// Bad soak flags are usage errors, found before anything starts.
+func TestBenchSoakFlags(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"no agent process to sample", []string{"--agents", "5", "--agent-procs", "0"}},
+		{"more processes than agents", []string{"--agents", "5", "--agent-procs", "6"}},
+		{"no agents", []string{"--agents", "0"}},
+		{"rate 0", []string{"--rate", "0"}},
+		{"negative rate", []string{"--rate", "-1"}},
+		{"interval longer than the run", []string{"--duration", "10s", "--interval", "1m"}},
+		{"no duration", []string{"--duration", "0s"}},
+		{"no plot file", []string{"--plot", ""}},
+		{"no jobs in flight", []string{"--max-in-flight", "0"}},
+		{"an existing deployment", []string{"--addr", "127.0.0.1:1", "--nats", "nats://127.0.0.1:2"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			args := append([]string{"bench", "soak"}, tc.args...)
+			if code := run(context.Background(), "test", args, &out, &errb); code != ExitUsage {
+				t.Errorf("exit %d, want %d (usage): %s", code, ExitUsage, errb.String())
+			}
+		})
+	}
+}
