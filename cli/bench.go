@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"syscall"
@@ -548,11 +549,21 @@ counted as skipped: the controller did not keep up with the rate.`,
 			if err != nil {
 				return err
 			}
-			env, err := bench.Setup(ctx, bench.Options{APIAddr: ctl.APIAddr, NATSURL: ctl.NATSURL, ControllerDataDir: ctl.DataDir, Token: token,
+			opts := bench.Options{APIAddr: ctl.APIAddr, NATSURL: ctl.NATSURL, ControllerDataDir: ctl.DataDir, Token: token,
 				Heartbeat: bf.heartbeat, StartParallel: bf.parallel, Progress: g.stderr, Logger: logger,
-				AgentBin: agentBin, AgentLogLevel: "warn"})
+				AgentBin: agentBin, AgentLogLevel: "warn"}
+			// The controller's API accepts connections a moment before it
+			// answers (its streams and stores start behind it): try again
+			// for a while, on a loaded machine too.
+			var env *bench.Env
+			for deadline := time.Now().Add(time.Minute); ; {
+				if env, err = bench.Setup(ctx, opts); err == nil || ctx.Err() != nil || time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(500 * time.Millisecond)
+			}
 			if err != nil {
-				return err
+				return fmt.Errorf("controller at %s (log: %s): %w", ctl.APIAddr, filepath.Join(dir, "controller.log"), err)
 			}
 			defer func() {
 				_, _ = fmt.Fprintln(g.stderr, "bench: stopping agents")
