@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"syscall"
@@ -72,7 +73,7 @@ Progress goes to stderr; the result is a table, or JSON with -o json.`,
 	pf.StringVar(&bf.ctlDir, "controller-data-dir", "", "with --addr: the controller's data dir on this machine (its CA, join token and client certificate); empty for an insecure controller")
 	pf.BoolVar(&bf.insecure, "insecure", false, "embedded controller without NATS TLS and authentication (to measure their cost)")
 	bf.logs.register(pf, "error")
-	cmd.AddCommand(newBenchFanoutCommand(g, bf), newBenchThroughputCommand(g, bf), newBenchRegisterCommand(g, bf), newBenchResponderCommand())
+	cmd.AddCommand(newBenchFanoutCommand(g, bf), newBenchThroughputCommand(g, bf), newBenchRegisterCommand(g, bf), newBenchSoakCommand(g, bf), newBenchResponderCommand())
 	return cmd
 }
 
@@ -442,5 +443,175 @@ agents'. The agents stay online and heartbeating until memory is read.`,
 		}),
 	}
 	cmd.Flags().DurationVar(&settle, "settle", 0, "how long agents heartbeat before memory is read (default: one heartbeat interval)")
+	return cmd
+}
+
+func newBenchSoakCommand(g *globals, bf *benchFlags) *cobra.Command {
+	var (
+		procs    int
+		rate     float64
+		duration time.Duration
+		interval time.Duration
+		inFlight int
+		plotFile string
+		ctlBin   string
+		ctlArgs  []string
+		agentBin string
+		keepData bool
+	)
+	cmd := &cobra.Command{
+		Use:   "soak",
+		Short: "Run fan-out jobs at a steady rate for a long time and sample memory, files, storage and latency",
+		Long: `Start a controller process of its own ("grid controller" of --controller-bin,
+default this binary, with a temporary data dir, on free ports of 127.0.0.1),
+--agents agents of which --agent-procs are separate "grid agent" processes
+(--agent-bin; the rest run in this process), and submit a one-step ping
+echo job to every agent --rate times a second for --duration, each waited
+for with the long poll.
+
+Every --interval (and before the first job and after the last) it samples:
+the controller process's RSS (/proc/<pid>/status), its live heap, heap in
+use, soft memory limit, goroutines and open files (its /metrics), what the
+jobs bucket (KV_jobs) and the results stream hold, one agent process's RSS
+and open files, and the p50/p99 of the jobs completed in the interval. It
+prints a table of the samples (or JSON with -o json) and draws them over
+time to a PNG (--plot).
+
+A tick that finds --max-in-flight jobs still waiting submits nothing and is
+counted as skipped: the controller did not keep up with the rate.`,
+		Example: `  grid bench soak --agents 300 --agent-procs 300 --agent-bin bin/grid-agent --rate 1 --duration 30m --plot soak.png
+  grid bench soak --agents 5 --agent-procs 2 --duration 10s --interval 3s --plot /tmp/soak.png`,
+		Args: exactArgs(),
+		RunE: runE(func(cmd *cobra.Command, _ []string) error {
+			if err := g.validate(); err != nil {
+				return err
+			}
+			if cmd.Flags().Changed("addr") || bf.nats != "" {
+				return usageErrorf("bench soak starts a controller process of its own (to read its RSS): --addr and --nats do not apply")
+			}
+			if bf.agents < 1 {
+				return usageErrorf("--agents must be at least 1, got %d", bf.agents)
+			}
+			if !cmd.Flags().Changed("agent-procs") {
+				procs = bf.agents
+			}
+			if procs < 1 || procs > bf.agents {
+				return usageErrorf("--agent-procs must be between 1 (the agent process sampled) and --agents (%d), got %d", bf.agents, procs)
+			}
+			if rate <= 0 || rate > 1000 {
+				return usageErrorf("--rate must be above 0 and at most 1000 jobs/s, got %g", rate)
+			}
+			if duration <= 0 || interval <= 0 || interval > duration {
+				return usageErrorf("--duration and --interval must be positive, the interval at most the duration (got %s, %s)", duration, interval)
+			}
+			if inFlight < 1 {
+				return usageErrorf("--max-in-flight must be at least 1")
+			}
+			if plotFile == "" {
+				return usageErrorf("--plot needs a file name")
+			}
+			self, err := os.Executable()
+			if err != nil {
+				return fmt.Errorf("this binary: %w", err)
+			}
+			if ctlBin == "" {
+				ctlBin = self
+			}
+			if agentBin == "" {
+				agentBin = self
+			}
+			logger, err := bf.logs.logger(g.stderr)
+			if err != nil {
+				return err
+			}
+			want := uint64(bf.agents)*3 + 1024
+			if got, err := bench.RaiseFDLimit(want); err != nil || got < want {
+				_, _ = fmt.Fprintf(g.stderr, "warning: open-files limit is %d, %d agents may need %d (%v)\n", got, bf.agents, want, err)
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			dir, err := os.MkdirTemp("", "grid-soak-")
+			if err != nil {
+				return err
+			}
+			defer func() {
+				if keepData {
+					_, _ = fmt.Fprintf(g.stderr, "bench: the controller's data dir and log are in %s\n", dir)
+					return
+				}
+				_ = os.RemoveAll(dir)
+			}()
+			_, _ = fmt.Fprintf(g.stderr, "bench: starting the controller (%s)\n", ctlBin)
+			ctl, err := bench.StartControllerProc(ctx, ctlBin, dir, ctlArgs)
+			if err != nil {
+				return err
+			}
+			defer ctl.Stop()
+			token, err := ctl.Token()
+			if err != nil {
+				return err
+			}
+			opts := bench.Options{APIAddr: ctl.APIAddr, NATSURL: ctl.NATSURL, ControllerDataDir: ctl.DataDir, Token: token,
+				Heartbeat: bf.heartbeat, StartParallel: bf.parallel, Progress: g.stderr, Logger: logger,
+				AgentBin: agentBin, AgentLogLevel: "warn"}
+			// The controller's API accepts connections a moment before it
+			// answers (its streams and stores start behind it): try again
+			// for a while, on a loaded machine too.
+			var env *bench.Env
+			for deadline := time.Now().Add(time.Minute); ; {
+				if env, err = bench.Setup(ctx, opts); err == nil || ctx.Err() != nil || time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(500 * time.Millisecond)
+			}
+			if err != nil {
+				return fmt.Errorf("controller at %s (log: %s): %w", ctl.APIAddr, filepath.Join(dir, "controller.log"), err)
+			}
+			defer func() {
+				_, _ = fmt.Fprintln(g.stderr, "bench: stopping agents")
+				env.Close()
+			}()
+			_, _ = fmt.Fprintf(g.stderr, "bench: starting %d agent processes\n", procs)
+			if _, err := env.StartAgentProcs(ctx, procs); err != nil {
+				return err
+			}
+			if n := bf.agents - procs; n > 0 {
+				_, _ = fmt.Fprintf(g.stderr, "bench: starting %d agents in this process\n", n)
+				if _, err := env.StartAgents(ctx, n); err != nil {
+					return err
+				}
+			}
+			_, _ = fmt.Fprintf(g.stderr, "bench: %g jobs/s to %d agents for %s, a sample every %s\n", rate, bf.agents, duration, interval)
+			samples, err := env.Soak(ctx, bench.SoakOptions{Rate: rate, Duration: duration, Interval: interval, MaxInFlight: inFlight,
+				ControllerPID: ctl.PID(), StoreDir: ctl.DataDir, OnSample: func(s bench.SoakSample) {
+					_, _ = fmt.Fprintf(g.stderr, "  %.1f min: %d jobs (%d failed, %d skipped), p50 %.1f ms, p99 %.1f ms; controller RSS %.1f MiB, live heap %.1f MiB, %d goroutines, %d files; KV_jobs %.2f MiB, results %.2f MiB; agent RSS %.1f MiB, %d files\n",
+						s.Minutes, s.Jobs, s.Failed, s.Skipped, s.P50Ms, s.P99Ms, s.CtlRSSMiB, s.CtlLiveHeapMiB, s.CtlGoroutines, s.CtlOpenFDs,
+						float64(s.JobsStoreBytes)/(1<<20), float64(s.ResultsBytes)/(1<<20), s.AgentRSSMiB, s.AgentOpenFDs)
+				}})
+			if err != nil && len(samples) < 2 {
+				return err
+			}
+			r := bench.NewSoakReport(bf.agents, procs, rate, interval.Seconds(), samples)
+			if perr := r.WritePNG(plotFile); perr != nil {
+				return perr
+			}
+			_, _ = fmt.Fprintf(g.stderr, "bench: plot written to %s\n", plotFile)
+			if perr := printBench(g, r); perr != nil {
+				return perr
+			}
+			return err
+		}),
+	}
+	f := cmd.Flags()
+	f.IntVar(&procs, "agent-procs", 0, "how many of --agents run as separate agent processes (default: all; at least 1, the one sampled)")
+	f.Float64Var(&rate, "rate", 1, "fan-out jobs submitted per second")
+	f.DurationVar(&duration, "duration", 30*time.Minute, "how long jobs are submitted")
+	f.DurationVar(&interval, "interval", time.Minute, "how often the figures are sampled")
+	f.IntVar(&inFlight, "max-in-flight", 16, "jobs submitted and not yet completed at most; a tick beyond is skipped")
+	f.StringVar(&plotFile, "plot", "soak.png", "PNG file the samples are drawn to")
+	f.StringVar(&ctlBin, "controller-bin", "", "the grid binary the controller process runs (default: this one)")
+	f.StringArrayVar(&ctlArgs, "controller-arg", nil, "an argument added to the controller's command line (--memory-limit=0, ...); repeatable")
+	f.StringVar(&agentBin, "agent-bin", "", "the binary of the agent processes: grid (runs grid agent) or the slim grid-agent (default: this one)")
+	f.BoolVar(&keepData, "keep-data", false, "keep the controller's and agents' data dirs and logs (their path is printed)")
 	return cmd
 }

@@ -67,7 +67,7 @@ role.`,
 				return fmt.Errorf("controller: %w", err)
 			}
 			if limit, why := cfg.RunMemoryLimit(ctx, os.Getenv, logger, c.Busy); limit > 0 {
-				logger.Info("soft memory limit while no job runs", "limit", controller.ByteSize(limit).String(), "at_least", "twice the live heap")
+				logger.Info("soft memory limit", "limit", controller.ByteSize(limit).String(), "at_least", "twice the live heap; while jobs run, twice the live heap plus stacks plus 64MiB")
 			} else {
 				logger.Info("no soft memory limit set by grid", "because", why)
 			}
@@ -98,7 +98,7 @@ role.`,
 	f.StringSliceVar(&o.flags.Routes, "routes", def.Routes, "peers' cluster addresses, comma-separated (nats://host:port,...)")
 	f.IntVar(&o.flags.Replicas, "replicas", def.Replicas, "replicas of every stream and bucket; 0 chooses: 1 on a single server, min(3, servers named by --routes plus this one) in a cluster")
 	o.flags.MemoryLimit = def.MemoryLimit
-	f.Var(&o.flags.MemoryLimit, "memory-limit", "soft memory limit of the Go runtime for this process while no job runs, e.g. 300MiB; 0 for none (GOMEMLIMIT or GOGC in the environment take precedence)")
+	f.Var(&o.flags.MemoryLimit, "memory-limit", "soft memory limit of the Go runtime for this process (raised to twice the live heap, and while jobs run to that plus stacks plus 64MiB), e.g. 300MiB; 0 for none (GOMEMLIMIT or GOGC in the environment take precedence)")
 	f.StringVar(&o.flags.DebugAddr, "debug-addr", def.DebugAddr, "serve the Go profiler (/debug/pprof/) and runtime memory figures (/debug/memory) on this host:port (off when empty)")
 	f.BoolVar(&o.flags.Insecure, "insecure", false, "run NATS without TLS or authentication and the API over plain HTTP (labs only: anyone who reaches NATS controls every node)")
 	f.StringVar((*string)(&o.flags.AnonymousRole), "anonymous-role", "", "with --insecure only: let requests without a token in with this role (read, operator or admin), answering the job routes in the seed's status set; empty: every request needs a token")

@@ -138,7 +138,8 @@ type Config struct {
 	// goroutine stacks (two per NATS client connection) and returns freed
 	// memory to the OS, at a CPU cost; it is a target, not a cap (the
 	// runtime lets the heap exceed it rather than collect all the time).
-	// 0 sets none. GOMEMLIMIT or GOGC in the environment take precedence:
+	// It holds while jobs run too, raised to the collector's own target
+	// plus stacks and 64 MiB then (see effectiveMemoryLimit). 0 sets none. GOMEMLIMIT or GOGC in the environment take precedence:
 	// with either set, the runtime's own settings are left alone.
 	MemoryLimit ByteSize `yaml:"memory_limit"`
 	// RequestsMaxBytes, CommandsMaxBytes, ResultsMaxBytes, DLQMaxBytes and

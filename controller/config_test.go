@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"strings"
 	"testing"
@@ -140,23 +141,61 @@ func TestMemoryLimitEnvironment(t *testing.T) {
 	}
 }
 
-// The limit never falls below twice the live heap, so a heap that outgrows
-// the configured figure is collected as without a limit, not continuously.
+// The limit holds whether or not jobs run. Idle it never falls below twice
+// the live heap, so a heap that outgrows the configured figure is collected
+// as without a limit, not continuously; busy it never falls below the
+// collector's own target plus the memory that target does not count, so a
+// fan-out round is not collected back to back either.
 func TestEffectiveMemoryLimit(t *testing.T) {
-	for _, tc := range []struct{ limit, live, want int64 }{
-		{300 << 20, 0, 300 << 20},
-		{300 << 20, 140 << 20, 300 << 20},
-		{300 << 20, 150 << 20, 300 << 20},
-		{300 << 20, 400 << 20, 800 << 20},
-		{300 << 20, math.MaxInt64 - 1, math.MaxInt64},
+	const MiB = 1 << 20
+	most := int64(math.MaxInt64)
+	for _, tc := range []struct {
+		name               string
+		limit, live, other int64
+		busy               bool
+		want               int64
+	}{
+		{"idle, empty heap", 300 * MiB, 0, 0, false, 300 * MiB},
+		{"idle, 10,000 agents' heap", 300 * MiB, 140 * MiB, 200 * MiB, false, 300 * MiB},
+		{"idle, heap at half the limit", 300 * MiB, 150 * MiB, 0, false, 300 * MiB},
+		{"idle, heap past half the limit", 300 * MiB, 400 * MiB, 50 * MiB, false, 800 * MiB},
+		{"idle, overflow", 300 * MiB, most - 1, 0, false, most},
+		{"busy, small heap: the configured limit holds", 300 * MiB, 50 * MiB, 20 * MiB, true, 300 * MiB},
+		{"busy, floor at the limit", 300 * MiB, 100 * MiB, 36 * MiB, true, 300 * MiB},
+		{"busy, stacks of a big fan-out raise the floor", 280 * MiB, 140 * MiB, 390 * MiB, true, (280 + 390 + 64) * MiB},
+		{"busy, large heap", 300 * MiB, 1024 * MiB, 100 * MiB, true, (2048 + 100 + 64) * MiB},
+		{"busy, negative figures count as none", 300 * MiB, -1, -1, true, 300 * MiB},
+		{"busy, overflow of live", 300 * MiB, most/2 + 1, 0, true, most},
+		{"busy, overflow of other", 300 * MiB, 1 * MiB, most - 10*MiB, true, most},
+		{"no configured limit, busy: still bounded", 0, 200 * MiB, 30 * MiB, true, (400 + 30 + 64) * MiB},
 	} {
-		if got := effectiveMemoryLimit(tc.limit, tc.live, false); got != tc.want {
-			t.Errorf("effectiveMemoryLimit(%d, %d) = %d, want %d", tc.limit, tc.live, got, tc.want)
-		}
-		// Running jobs lift it.
-		if got := effectiveMemoryLimit(tc.limit, tc.live, true); got != math.MaxInt64 {
-			t.Errorf("effectiveMemoryLimit(%d, %d, busy) = %d, want no limit", tc.limit, tc.live, got)
-		}
+		t.Run(tc.name, func(t *testing.T) {
+			got := effectiveMemoryLimit(tc.limit, memStats{live: tc.live, other: tc.other}, tc.busy)
+			if got != tc.want {
+				t.Errorf("effectiveMemoryLimit(%d, live %d, other %d, busy %v) = %d, want %d", tc.limit, tc.live, tc.other, tc.busy, got, tc.want)
+			}
+			if got < tc.limit {
+				t.Errorf("limit %d below the configured %d", got, tc.limit)
+			}
+		})
+	}
+}
+
+// The figures read from the runtime are plausible: a live heap and memory
+// outside it (this test's goroutine stacks at least).
+func TestReadMemStats(t *testing.T) {
+	runtime.GC()
+	m, ok := readMemStats(memStatsSamples())
+	if !ok {
+		t.Fatal("runtime/metrics lacks a sample the limit needs")
+	}
+	if m.live <= 0 || m.other <= 0 {
+		t.Errorf("live %d, other %d: want both positive", m.live, m.other)
+	}
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	if m.other < int64(ms.StackInuse) {
+		t.Errorf("other %d is less than the stacks in use %d", m.other, ms.StackInuse)
 	}
 }
 

@@ -119,31 +119,90 @@ func (c Config) memoryLimit(getenv func(string) string) (int64, string) {
 // and whether the controller is running jobs.
 const memoryLimitFloorEvery = 100 * time.Millisecond
 
-// effectiveMemoryLimit is the limit to set for a live heap (bytes marked by
-// the last collection): the configured one, but never below twice the live
-// heap. Without a limit the collector lets the heap grow to about twice the
-// live heap (GOGC=100) before the next cycle; keeping the limit above that
-// means it only adds cycles for memory outside the heap's growth — goroutine
-// stacks that grew and are idle, freed pages not yet returned to the OS —
-// and never makes the collector run back to back because a fleet or a burst
-// of jobs outgrew the configured figure.
+// busyHeadroom is what the limit leaves above the collector's own target
+// while jobs run: room for the objects a fan-out round allocates between
+// two looks at the live heap (a 10,000-node job's results and JSON are a
+// few MiB) and for the heap's fragmentation, so that the limit never
+// triggers a collection the collector would not have started itself.
+const busyHeadroom = 64 << 20
+
+// memStats are the runtime's figures the limit is computed from.
+type memStats struct {
+	// live is the heap the last collection marked.
+	live int64
+	// other is the memory the runtime holds outside heap objects and free
+	// pages: goroutine stacks, the heap's unused span space, GC metadata,
+	// buffers. The collector's GOGC target does not count it; the soft
+	// memory limit does.
+	other int64
+}
+
+// effectiveMemoryLimit is the soft memory limit to set, always (a
+// controller behind a schedule that fires every minute or a busy CI runs
+// jobs back to back, so a limit that holds only between jobs would not
+// hold at all).
 //
-// While the controller runs jobs (busy) there is no limit: a fan-out to
-// 10,000 nodes allocates megabytes of results and JSON in a burst, and with
-// the limit the collector would run back to back through it (a 10,000-node
-// round took six times as long). The limit is for the long idle stretches in
-// which agents only heartbeat; it takes effect again once the jobs are done.
-func effectiveMemoryLimit(limit, live int64, busy bool) int64 {
-	if busy || live > math.MaxInt64/2 {
-		return math.MaxInt64
+// Idle, it is the configured limit but never below twice the live heap.
+// Without a limit the collector lets the heap grow to about twice the live
+// heap (GOGC=100) before the next cycle; keeping the limit above that means
+// it only adds cycles for memory outside the heap's growth — goroutine
+// stacks that grew and are idle, freed pages not yet returned to the OS —
+// which is what brings a 10,000-agent controller's heartbeating RSS down.
+//
+// Busy (jobs running), the floor is the collector's own target plus what it
+// does not count: twice the live heap, plus the runtime's other memory
+// (stacks above all, which a fan-out to 10,000 agents grows by a hundred
+// MiB or more), plus busyHeadroom. With the idle floor a 10,000-node round
+// took six times as long: stacks filled the limit and the collector ran
+// back to back. With this one the limit never collects sooner than GOGC
+// would, yet it still makes the runtime return freed pages above it, so
+// the process holds at most max(memory_limit, 2×live + other + 64 MiB) of
+// Go memory however long jobs keep running.
+func effectiveMemoryLimit(limit int64, m memStats, busy bool) int64 {
+	const most = math.MaxInt64
+	live, other := max(m.live, 0), max(m.other, 0)
+	if live > most/2 {
+		return most
 	}
-	return max(limit, 2*live)
+	floor := 2 * live
+	if busy {
+		if other > most-floor-busyHeadroom {
+			return most
+		}
+		floor += other + busyHeadroom
+	}
+	return max(limit, floor)
+}
+
+// readMemStats reads the figures effectiveMemoryLimit needs from
+// runtime/metrics (cheap: no stop-the-world, unlike ReadMemStats).
+func readMemStats(samples []rtmetrics.Sample) (memStats, bool) {
+	rtmetrics.Read(samples)
+	v := make([]int64, len(samples))
+	for i, s := range samples {
+		if s.Value.Kind() != rtmetrics.KindUint64 {
+			return memStats{}, false
+		}
+		v[i] = int64(min(s.Value.Uint64(), math.MaxInt64))
+	}
+	// samples: live, total, heap objects, heap free, heap released.
+	return memStats{live: v[0], other: max(v[1]-v[2]-v[3]-v[4], 0)}, true
+}
+
+func memStatsSamples() []rtmetrics.Sample {
+	return []rtmetrics.Sample{
+		{Name: "/gc/heap/live:bytes"},
+		{Name: "/memory/classes/total:bytes"},
+		{Name: "/memory/classes/heap/objects:bytes"},
+		{Name: "/memory/classes/heap/free:bytes"},
+		{Name: "/memory/classes/heap/released:bytes"},
+	}
 }
 
 // RunMemoryLimit sets the process's soft memory limit
 // (runtime/debug.SetMemoryLimit) from the config and keeps it at least
-// twice the live heap and lifted while busy reports running jobs (see
-// effectiveMemoryLimit), checking every 100ms until ctx ends, when it puts
+// twice the live heap, with a higher floor while busy reports running jobs
+// (see effectiveMemoryLimit), checking every 100ms until ctx ends, when it puts
 // back the limit it found. busy may be nil (never busy). Nothing is set when
 // GOMEMLIMIT or GOGC is in the environment (getenv, normally os.Getenv) or
 // memory_limit is 0. It is for a process that is a controller above all
@@ -157,13 +216,13 @@ func (c Config) RunMemoryLimit(ctx context.Context, getenv func(string) string, 
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	live := []rtmetrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	samples := memStatsSamples()
 	current := func() int64 {
-		rtmetrics.Read(live)
-		if live[0].Value.Kind() != rtmetrics.KindUint64 {
+		m, ok := readMemStats(samples)
+		if !ok {
 			return limit
 		}
-		return effectiveMemoryLimit(limit, int64(min(live[0].Value.Uint64(), math.MaxInt64)), busy != nil && busy())
+		return effectiveMemoryLimit(limit, m, busy != nil && busy())
 	}
 	set := current()
 	prev := debug.SetMemoryLimit(set)

@@ -233,3 +233,50 @@ func TestCapsThatDoNotFitSayWhatToLower(t *testing.T) {
 		t.Errorf("gave up after %s: a refusal for want of storage is not worth retrying", d)
 	}
 }
+
+// Every stream and bucket is stored with S2 compression, those an earlier
+// version made without it included (EnsureTopology updates them), and what
+// a compressed bucket holds reads back unchanged.
+func TestStoresCompressed(t *testing.T) {
+	js := testJetStream(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// As an earlier version made them: no compression.
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: api.StreamResults, Subjects: []string{api.SubjectResults}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: api.BucketJobs, History: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := EnsureTopology(ctx, js, DefaultTopology()); err != nil {
+		t.Fatal(err)
+	}
+	streams, buckets := DefaultTopology().Names()
+	for _, b := range buckets {
+		streams = append(streams, KVStream(b))
+	}
+	for _, name := range streams {
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := s.CachedInfo().Config.Compression; c != jetstream.S2Compression {
+			t.Errorf("stream %s compression %v, want s2", name, c)
+		}
+	}
+	kv, err := js.KeyValue(ctx, api.BucketJobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	val := bytes.Repeat([]byte(`{"status":"success","output":"hello","events":[{"status":"running","time":"2026-11-24T12:00:00Z"}]}`), 200)
+	if _, err := kv.Put(ctx, "job-1", val); err != nil {
+		t.Fatal(err)
+	}
+	e, err := kv.Get(ctx, "job-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(e.Value(), val) {
+		t.Errorf("a compressed bucket's value reads back changed (%d bytes, want %d)", len(e.Value()), len(val))
+	}
+}
