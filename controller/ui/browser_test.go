@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -340,6 +341,66 @@ func TestDashboardInBrowser(t *testing.T) {
 		waitJS(t, tab, 10*time.Second, "an empty list", `document.querySelector('#jobs-table tbody').textContent.includes('No job matches')`)
 	})
 
+	t.Run("a job's spec, phases and durations", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		// A barrier step, then a pipeline whose second step runs only
+		// on failure (so it is skipped here).
+		j, err := f.Client().SubmitJob(ctx, &api.JobSpec{Target: api.Target{Scope: api.ScopeAll}, Strategy: api.StrategyContinue, Tasks: []api.Phase{
+			{Backend: "ping", Action: "echo", Params: api.Params{"message": "yes: a colon"}},
+			{Condition: api.ConditionOnSuccess, Tasks: []api.Phase{
+				{Backend: "ping", Action: "echo"},
+				{Backend: "ping", Action: "echo", Condition: api.ConditionOnFailure},
+			}},
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tab := newTab(t, browser)
+		do(t, tab, 5*time.Second, "a 1400×900 window", chromedp.EmulateViewport(1400, 900))
+		signIn(t, tab, base, opsToken)
+		waitJS(t, tab, 10*time.Second, "the fleet view", `location.hash === '#/fleet'`)
+		do(t, tab, 10*time.Second, "open the job", chromedp.Evaluate[chromedp.Void](`location.hash = '#/job/`+j.ID+`'`))
+		waitJS(t, tab, 30*time.Second, "the job to end", `document.body.dataset.jobEnded === '`+j.ID+`'`)
+
+		// The header row over the steps says which phase is a barrier and
+		// which a pipeline, with their conditions.
+		phases := eval[[]string](t, tab, `Array.from(document.querySelectorAll('#job-grid th.phase')).map((th) => th.dataset.kind + ' ' + th.dataset.condition + ' ' + th.colSpan + ' ' + th.textContent)`)
+		want := []string{"barrier always 1 Step 1 · barrier · always", "pipeline on_success 2 Steps 2–3 · pipeline · on success"}
+		if !slices.Equal(phases, want) {
+			t.Errorf("phase headers %q, want %q", phases, want)
+		}
+		if c := eval[string](t, tab, `document.querySelector('#job-grid th[data-step="2"]').textContent`); c != "3. ping.echoon failure" {
+			t.Errorf("the on_failure step's header %q", c)
+		}
+
+		// The spec, as YAML.
+		spec := eval[string](t, tab, `document.getElementById('job-spec').textContent`)
+		for _, line := range []string{"target:\n  scope: all", "strategy: continue", "  - backend: ping\n    action: echo\n    params:\n      message: \"yes: a colon\"",
+			"  - tasks:\n      - backend: ping", "        condition: on_failure\n    condition: on_success"} {
+			if !strings.Contains(spec, line) {
+				t.Errorf("spec lacks %q:\n%s", line, spec)
+			}
+		}
+		if strings.Contains(spec, "results") || strings.Contains(spec, "status") {
+			t.Errorf("spec shows the job's state:\n%s", spec)
+		}
+
+		// Opening the spec pushes the grid's cells toward the fold; the
+		// panel of a clicked cell is scrolled into view all the same.
+		do(t, tab, 5*time.Second, "open the spec", chromedp.Click(chromedp.CSS(`#job-spec-box summary`)))
+		do(t, tab, 5*time.Second, "open node-3's first step", chromedp.Click(chromedp.CSS(`#job-grid button[data-node="node-3"][data-step="0"]`)),
+			chromedp.WaitVisible(chromedp.ID("cell")))
+		waitJS(t, tab, 5*time.Second, "the panel's heading and output in the window",
+			`(() => { const a = document.getElementById('cell-h').getBoundingClientRect(), b = document.getElementById('cell-output').getBoundingClientRect(); return a.top >= 0 && b.bottom <= innerHeight; })()`)
+		// Durations read as people write them, not as Go prints them.
+		d := eval[string](t, tab, `document.querySelector('#cell-meta .cell-duration').textContent`)
+		if !regexp.MustCompile(`^\d+(\.\d)? (ms|s)$`).MatchString(d) {
+			t.Errorf("duration shown as %q", d)
+		}
+		snap(t, tab, "job-spec")
+	})
+
 	t.Run("cancel a job", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
@@ -382,8 +443,11 @@ func TestDashboardInBrowser(t *testing.T) {
 			t.Fatalf("job after cancel: %v %v", got.Status, err)
 		}
 		// The step that never ran is not shown as waiting on an ended job.
-		if sum := eval[string](t, tab, `document.getElementById('job-summary').textContent`); strings.Contains(sum, "waiting") || !strings.Contains(sum, "1 did not run") {
-			t.Errorf("summary of the cancelled job %q, want its second step counted as did not run", sum)
+		if sum := eval[string](t, tab, `document.getElementById('job-summary').textContent`); strings.Contains(sum, "waiting") || !strings.Contains(sum, "1 not run") {
+			t.Errorf("summary of the cancelled job %q, want its second step counted as not run", sum)
+		}
+		if c := eval[string](t, tab, `document.querySelector('#job-grid button[data-node="node-1"][data-step="1"]').textContent`); c != "not run" {
+			t.Errorf("the step that never ran reads %q, want not run", c)
 		}
 
 		// The cancelled job's node is retried from the page: the new job

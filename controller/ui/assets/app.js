@@ -89,13 +89,35 @@
     if (s < 86400) return Math.floor(s / 3600) + ' h ago';
     return Math.floor(s / 86400) + ' d ago';
   }
+  // human writes a span of milliseconds for people: "0.1 ms", "840 ms",
+  // "2.3 s", "1 m 12 s", "3 h 5 m".
+  function human(ms) {
+    if (!(ms >= 0)) return '';
+    if (ms < 10) return (Math.round(ms * 10) / 10) + ' ms';
+    if (ms < 1000) return Math.round(ms) + ' ms';
+    if (ms < 60000) return (Math.round(ms / 100) / 10) + ' s';
+    const s = Math.round(ms / 1000);
+    if (s < 3600) return Math.floor(s / 60) + ' m' + (s % 60 ? ' ' + (s % 60) + ' s' : '');
+    const m = Math.round(s / 60);
+    if (m < 1440) return Math.floor(m / 60) + ' h' + (m % 60 ? ' ' + (m % 60) + ' m' : '');
+    return Math.floor(m / 1440) + ' d' + (Math.floor(m / 60) % 24 ? ' ' + (Math.floor(m / 60) % 24) + ' h' : '');
+  }
+  // goMs reads a Go duration ("110.685µs", "1m12.5s") as milliseconds, or
+  // NaN when it is not one.
+  const GO_UNIT = { ns: 1e-6, us: 1e-3, 'µs': 1e-3, 'μs': 1e-3, ms: 1, s: 1000, m: 60000, h: 3600000 };
+  function goMs(d) {
+    if (typeof d === 'number') return d / 1e6;
+    const t = String(d || '').trim();
+    if (t === '0' || t === '0s') return 0;
+    if (!/^(\d+(\.\d+)?(ns|us|µs|μs|ms|s|m|h))+$/.test(t)) return NaN;
+    let ms = 0;
+    for (const m of t.matchAll(/(\d+(?:\.\d+)?)(ns|us|µs|μs|ms|s|m|h)/g)) ms += Number(m[1]) * GO_UNIT[m[2]];
+    return ms;
+  }
+  const goDuration = (d) => { const ms = goMs(d); return isNaN(ms) ? String(d || '') : human(ms); };
   function took(a, b) {
     if (!a) return '';
-    const ms = (b ? Date.parse(b) : Date.now()) - Date.parse(a);
-    if (!(ms >= 0)) return '';
-    if (ms < 1000) return ms + ' ms';
-    if (ms < 60000) return (ms / 1000).toFixed(1) + ' s';
-    return Math.floor(ms / 60000) + ' min ' + Math.round((ms % 60000) / 1000) + ' s';
+    return human((b ? Date.parse(b) : Date.now()) - Date.parse(a));
   }
   const stamp = (iso) => iso ? new Date(iso).toLocaleString() : '';
   const label = (s) => String(s || 'none').replace(/_/g, ' ');
@@ -368,15 +390,24 @@
   const byName = new Intl.Collator('en', { numeric: true }).compare;
 
   function flatten(phases) {
-    const out = [];
-    const walk = (ps) => {
-      for (const p of ps || []) {
-        if (p.tasks && p.tasks.length) walk(p.tasks);
-        else out.push(p.backend + '.' + p.action);
+    return phaseGroups(phases).flatMap((g) => g.leaves.map((l) => l.name));
+  }
+
+  // phaseGroups reads a job's top-level phases as the grid's column groups:
+  // a leaf is a barrier step (every node finishes it before the next
+  // starts); a nested tasks list is a pipeline (each node runs its steps
+  // on its own). Each carries its condition (empty means always).
+  function phaseGroups(phases) {
+    return (phases || []).map((p) => {
+      const cond = p.condition || 'always';
+      if (p.tasks && p.tasks.length) {
+        const leaves = [];
+        const walk = (ps) => { for (const q of ps) { if (q.tasks && q.tasks.length) walk(q.tasks); else leaves.push({ name: q.backend + '.' + q.action, cond: q.condition || 'always' }); } };
+        walk(p.tasks);
+        return { kind: 'pipeline', cond, leaves };
       }
-    };
-    walk(phases);
-    return out;
+      return { kind: 'barrier', cond, leaves: [{ name: p.backend + '.' + p.action, cond }] };
+    });
   }
 
   function jobView(id, v) {
@@ -388,6 +419,7 @@
     $('job-grid').tHead.replaceChildren();
     $('job-grid').tBodies[0].replaceChildren();
     $('cell').hidden = true;
+    $('job-spec').textContent = '';
     $('job-status').replaceChildren(badge('pending'));
     cancelArmed(false);
     $('job-cancel').hidden = true;
@@ -455,8 +487,10 @@
       if (data.job) {
         const results = s.job.results;
         const grew = (data.job.expected || []).length !== (s.job.expected || []).length;
+        // Once the job ends, cells without a result read "not run".
+        const ended = !TERMINAL.includes(s.job.status) && TERMINAL.includes(data.job.status);
         s.job = Object.assign(data.job, { results });
-        if (grew) { layoutGrid(s); }
+        if (grew || ended) { s.relayout = true; }
       }
       for (const [step, nodes] of Object.entries(data.results || {})) {
         const row = s.job.results[step] || (s.job.results[step] = {});
@@ -483,20 +517,39 @@
   function layoutGrid(s) {
     const j = s.job;
     s.steps = flatten(j.tasks);
+    $('job-spec').textContent = yaml(specOf(j));
     const names = new Set(s.nodeSet || []);
     for (const n of j.expected || []) names.add(n);
     for (const nodes of Object.values(j.results || {})) for (const n of Object.keys(nodes)) names.add(n);
     s.nodes = Array.from(names).sort(byName);
     s.nodeSet = names;
-    const head = el('tr', null, el('th', { scope: 'col', text: 'Node' }),
-      ...s.steps.map((name, i) => el('th', { scope: 'col', text: (i + 1) + '. ' + name })));
-    $('job-grid').tHead.replaceChildren(head);
+    // Two header rows: the top-level phases (barrier or pipeline, and
+    // their condition) over the steps they hold.
+    const groups = phaseGroups(j.tasks);
+    const top = el('tr', null, el('td', { class: 'corner' }));
+    const cols = el('tr', null, el('th', { scope: 'col', text: 'Node' }));
+    let i = 0;
+    groups.forEach((g, gi) => {
+      const first = i + 1;
+      const last = i + g.leaves.length;
+      top.append(el('th', { scope: 'colgroup', colspan: String(g.leaves.length), class: 'phase phase-' + g.kind,
+        'data-phase': String(gi), 'data-kind': g.kind, 'data-condition': g.cond,
+        text: (first === last ? 'Step ' + first : 'Steps ' + first + '–' + last) + ' · ' + g.kind + ' · ' + label(g.cond) }));
+      for (const l of g.leaves) {
+        i++;
+        const th = el('th', { scope: 'col', 'data-step': String(i - 1), 'data-condition': l.cond }, i + '. ' + l.name);
+        if (g.kind === 'pipeline' && l.cond !== 'always') th.append(el('span', { class: 'cond', text: label(l.cond) }));
+        cols.append(th);
+      }
+    });
+    $('job-grid').tHead.replaceChildren(top, cols);
     renderRows(s);
   }
 
-  function cellText(r) {
-    if (!r) return '—';
-    let t = label(r.status);
+  function cellText(r, j) {
+    const st = statusOf(r, j);
+    if (!r) return st === 'not_run' ? 'not run' : '—';
+    let t = label(st);
     if (r.status === 'running' && r.progress != null) t += ' ' + r.progress + '%';
     if (r.attempts > 1) t += ' ×' + r.attempts;
     if (r.changed) t += ' (changed)';
@@ -529,9 +582,9 @@
       const tr = el('tr', { 'data-node': n }, el('th', { scope: 'row', class: 'mono', text: n }));
       s.steps.forEach((name, i) => {
         const r = (res[i] || {})[n];
-        const b = el('button', { type: 'button', class: 'cellbtn st st-' + (r ? r.status : 'none'), 'data-step': String(i), 'data-node': n,
-          'aria-label': n + ', step ' + (i + 1) + ' ' + name + ': ' + cellText(r),
-          'aria-pressed': s.selected && s.selected.node === n && s.selected.step === i ? 'true' : 'false', text: cellText(r) });
+        const b = el('button', { type: 'button', class: 'cellbtn st st-' + (r ? statusOf(r, s.job) : noResult(s.job) === 'not_run' ? 'not_run' : 'none'), 'data-step': String(i), 'data-node': n,
+          'aria-label': n + ', step ' + (i + 1) + ' ' + name + ': ' + cellText(r, s.job),
+          'aria-pressed': s.selected && s.selected.node === n && s.selected.step === i ? 'true' : 'false', text: cellText(r, s.job) });
         s.cells.set(i + '|' + n, b);
         tr.append(el('td', null, b));
       });
@@ -565,9 +618,9 @@
       if (!b) continue;
       const [step, node] = [Number(key.slice(0, key.indexOf('|'))), key.slice(key.indexOf('|') + 1)];
       const r = (res[step] || {})[node];
-      b.className = 'cellbtn st st-' + (r ? r.status : 'none');
-      b.textContent = cellText(r);
-      b.setAttribute('aria-label', node + ', step ' + (step + 1) + ' ' + s.steps[step] + ': ' + cellText(r));
+      b.className = 'cellbtn st st-' + (r ? statusOf(r, s.job) : noResult(s.job) === 'not_run' ? 'not_run' : 'none');
+      b.textContent = cellText(r, s.job);
+      b.setAttribute('aria-label', node + ', step ' + (step + 1) + ' ' + s.steps[step] + ': ' + cellText(r, s.job));
     }
     if (s.selected && s.dirty.has(s.selected.step + '|' + s.selected.node)) renderCell(s);
     s.dirty.clear();
@@ -575,10 +628,58 @@
     busy(t0);
   }
 
-  // What a cell without a result is: waiting while the job runs, and never
+  const TERMINAL = ['completed', 'failed', 'cancelled', 'partial_failure'];
+  // What a cell without a result is: waiting while the job runs, and not
   // run once it has ended.
   function noResult(j) {
-    return ['completed', 'failed', 'cancelled', 'partial_failure'].includes(j.status) ? 'did_not_run' : 'waiting';
+    return TERMINAL.includes(j.status) ? 'not_run' : 'waiting';
+  }
+  // statusOf is a cell's status as shown: a step still pending or waiting
+  // on a node when the job ended never ran there.
+  function statusOf(r, j) {
+    if (!r) return noResult(j);
+    if (TERMINAL.includes(j.status) && ['pending', 'waiting'].includes(r.status)) return 'not_run';
+    return r.status;
+  }
+
+  // specOf is what was submitted, out of the job record: the fields of
+  // api.JobSpec, in its order (the status and results are left out).
+  const SPEC_FIELDS = ['target', 'nodes', 'strategy', 'timeout', 'check_mode', 'max_concurrency', 'max_errors', 'priority', 'not_before', 'tasks'];
+  function specOf(j) {
+    const out = {};
+    for (const k of SPEC_FIELDS) if (j[k] !== undefined && j[k] !== null && j[k] !== '' && !(Array.isArray(j[k]) && !j[k].length)) out[k] = j[k];
+    return out;
+  }
+
+  // yaml writes a JSON value as YAML (block style), quoting strings that
+  // YAML would read as something else.
+  function yamlScalar(v) {
+    if (v === null || v === undefined) return 'null';
+    if (typeof v !== 'string') return String(v);
+    if (v === '' || /^[\s]|[\s]$|^[-?:,[\]{}#&*!|>'"%@`]|: | #|^(true|false|yes|no|on|off|null|~)$|^[-+.\d]/i.test(v) || /[\n\t]/.test(v)) return JSON.stringify(v);
+    return v;
+  }
+  function yaml(v, ind = '') {
+    const lines = [];
+    const isObj = (x) => x && typeof x === 'object';
+    const empty = (x) => (Array.isArray(x) ? !x.length : !Object.keys(x).length);
+    const item = (prefix, x, childInd) => {
+      if (isObj(x) && !empty(x)) {
+        lines.push(prefix, yaml(x, childInd));
+      } else lines.push(prefix + ' ' + (isObj(x) ? (Array.isArray(x) ? '[]' : '{}') : yamlScalar(x)));
+    };
+    if (Array.isArray(v)) {
+      for (const x of v) {
+        if (isObj(x) && !Array.isArray(x) && !empty(x)) {
+          // "- key: value", the rest of the map indented under it.
+          const sub = yaml(x, ind + '  ').split('\n');
+          lines.push(ind + '- ' + sub[0].slice(ind.length + 2), ...sub.slice(1));
+        } else item(ind + '-', x, ind + '  ');
+      }
+    } else {
+      for (const [k, x] of Object.entries(v)) item(ind + yamlScalar(k) + ':', x, ind + '  ');
+    }
+    return lines.join('\n');
   }
 
   function paintHead(s) {
@@ -606,7 +707,7 @@
       const row = j.results[i] || {};
       for (const n of s.nodes) {
         const r = row[n];
-        const st = r ? r.status : noResult(j);
+        const st = statusOf(r, j);
         counts[st] = (counts[st] || 0) + 1;
         cells++;
       }
@@ -620,8 +721,8 @@
     const r = (s.job.results[step] || {})[node];
     $('cell').hidden = false;
     $('cell-h').textContent = node + ' · step ' + (step + 1) + ' ' + s.steps[step];
-    const meta = [['Status', label(r ? r.status : noResult(s.job))], ['Changed', r && r.changed ? 'yes' : 'no'],
-      ['Attempts', r && r.attempts ? String(r.attempts) : '—'], ['Duration', (r && r.duration) || '—']];
+    const meta = [['Status', label(statusOf(r, s.job))], ['Changed', r && r.changed ? 'yes' : 'no'],
+      ['Attempts', r && r.attempts ? String(r.attempts) : '—'], ['Duration', (r && r.duration) ? goDuration(r.duration) : '—']];
     if (r && r.progress != null) meta.push(['Progress', r.progress + '%']);
     $('cell-meta').replaceChildren(...meta.flatMap(([k, v]) => [el('dt', { text: k }), el('dd', { class: 'cell-' + k.toLowerCase(), text: v })]));
     $('cell-output').textContent = (r && r.output) || '(none)';
@@ -639,6 +740,9 @@
     b.setAttribute('aria-pressed', 'true');
     jv.selected = { step: Number(b.dataset.step), node: b.dataset.node };
     renderCell(jv);
+    // The panel sits under the grid: bring it into view (at 1400×900 it
+    // would open below the fold), keeping focus on the cell.
+    $('cell').scrollIntoView({ block: 'nearest' });
   });
   const regrid = () => { if (jv && jv.job) { jv.page = 0; renderRows(jv); } };
   let gridTyping = 0;
