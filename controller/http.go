@@ -51,6 +51,7 @@ func (c *Controller) apiRoutes() []route {
 		{"GET /fleet", api.RoleRead, h(c.views.handleFleet)},
 		{"GET /jobs/page", api.RoleRead, h(c.views.handleJobPage)},
 		{"GET /job/{id}/events", api.RoleRead, h(c.views.handleJobEvents)},
+		{"GET /schedules/page", api.RoleRead, h(c.handleSchedulesPage)},
 		// Any token may scrape; a metrics-role token may do nothing else.
 		{"GET /metrics", api.RoleMetrics, c.metrics.handler()},
 		{"GET /healthz", public, h(c.handleHealthz)},

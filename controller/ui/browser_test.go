@@ -475,6 +475,11 @@ func TestDashboardInBrowser(t *testing.T) {
 			Job: api.JobSpec{Target: api.Target{Scope: api.ScopeAll}, Tasks: []api.Phase{{Backend: "ping", Action: "echo"}}}}); err != nil {
 			t.Fatal(err)
 		}
+		// One that fires at once, for its last job's status.
+		if _, err := f.Client().CreateSchedule(ctx, &api.ScheduleSpec{Name: "often", Cron: "@every 1s",
+			Job: api.JobSpec{Target: api.Target{Scope: api.ScopeNode, Value: "node-2"}, Tasks: []api.Phase{{Backend: "ping", Action: "echo"}}}}); err != nil {
+			t.Fatal(err)
+		}
 		tab := newTab(t, browser)
 		signIn(t, tab, base, readToken)
 		waitJS(t, tab, 10*time.Second, "the fleet view", `location.hash === '#/fleet'`)
@@ -484,6 +489,34 @@ func TestDashboardInBrowser(t *testing.T) {
 		if got := eval[string](t, tab, row+`.querySelector('td:nth-child(3)').textContent + ' ' + `+row+`.querySelector('td:nth-child(2)').textContent`); got != "Europe/Berlin 0 3 * * *" {
 			t.Errorf("row shows %q", got)
 		}
+		// The next run is in the schedule's zone, named, and in the
+		// browser's, named.
+		sc, err := f.Client().GetSchedule(ctx, "nightly-ping")
+		if err != nil || sc.NextRun == nil {
+			t.Fatalf("schedule: %+v %v", sc, err)
+		}
+		berlin, _ := time.LoadLocation("Europe/Berlin")
+		if got, want := eval[string](t, tab, row+`.querySelector('.next .zoned').textContent`), sc.NextRun.In(berlin).Format("2006-01-02 15:04")+" Europe/Berlin"; got != want || !strings.Contains(got, " 03:00 ") {
+			t.Errorf("next run shown as %q, want %q", got, want)
+		}
+		localTZ := eval[string](t, tab, `Intl.DateTimeFormat().resolvedOptions().timeZone`)
+		local, err := time.LoadLocation(localTZ)
+		if err != nil {
+			t.Fatalf("the browser's zone %q: %v", localTZ, err)
+		}
+		if got, want := eval[string](t, tab, row+`.querySelector('.next .local').textContent`), sc.NextRun.In(local).Format("2006-01-02 15:04")+" your time ("+localTZ+")"; got != want {
+			t.Errorf("next run in the browser's zone shown as %q, want %q", got, want)
+		}
+		if got := eval[string](t, tab, row+`.querySelector('.target').textContent`); got != "all" {
+			t.Errorf("target shown as %q", got)
+		}
+		// The schedule that fired shows its last job, with the job's status.
+		often := `document.querySelector('#schedules-table tr[data-schedule="often"]')`
+		waitJS(t, tab, 15*time.Second, "the last job's status", `!!`+often+` && !!`+often+`.querySelector('.lastjob .st-completed') && `+often+`.querySelector('.target').textContent === 'node:node-2'`)
+		if _, err := f.Client().PauseSchedule(ctx, "often"); err != nil {
+			t.Fatal(err)
+		}
+
 		// A read token may view but not pause.
 		do(t, tab, 5*time.Second, "pause as a reader", chromedp.Click(chromedp.CSS(`#schedules-table button[data-id="nightly-ping"]`)))
 		waitJS(t, tab, 10*time.Second, "the refusal", `document.getElementById('schedules-msg').textContent.includes('Not allowed to pause') && document.getElementById('schedules-msg').textContent.includes('needs role operator')`)

@@ -811,14 +811,43 @@
     clearTimeout(v.timer);
     const seq = (v.seq = (v.seq || 0) + 1);
     try {
-      const list = await api('/schedules', { signal: v.abort.signal });
+      const list = await api('/schedules/page', { signal: v.abort.signal });
       if (v.stopped || seq !== v.seq) return;
-      renderSchedules(list || []);
+      // Rows are rebuilt only when something changed (or a minute passed,
+      // for the "ago" column), so a button is not swapped under the
+      // pointer.
+      const key = JSON.stringify(list) + Math.floor(Date.now() / 60000);
+      if (key !== v.shown) { v.shown = key; renderSchedules(list || []); }
     } catch (e) {
       if (e instanceof AuthError || e.name === 'AbortError') return;
       showMsg('schedules-msg', 'Could not load schedules: ' + e.message + ' (retrying)');
     }
     if (!v.stopped && seq === v.seq) v.timer = setTimeout(() => loadSchedules(v), REFRESH_MS);
+  }
+
+  // LOCAL_TZ is the browser's time zone, named beside the times shown in it.
+  const LOCAL_TZ = Intl.DateTimeFormat().resolvedOptions().timeZone || 'local';
+
+  // zoned writes an instant as "2026-11-25 03:00" in a time zone.
+  function zoned(iso, tz) {
+    try {
+      const parts = Object.fromEntries(new Intl.DateTimeFormat('en-US', { timeZone: tz, year: 'numeric', month: '2-digit', day: '2-digit',
+        hour: '2-digit', minute: '2-digit', hourCycle: 'h23' }).formatToParts(new Date(iso)).map((p) => [p.type, p.value]));
+      return parts.year + '-' + parts.month + '-' + parts.day + ' ' + parts.hour + ':' + parts.minute;
+    } catch (_) {
+      return stamp(iso);
+    }
+  }
+
+  // nextRun shows a schedule's next tick in its own zone, named, and in
+  // the browser's, named, so "03:00 Europe/Berlin" is not read as 02:00.
+  function nextRun(s) {
+    if (!s.next_run) return '—';
+    const tz = s.time_zone || 'UTC';
+    const td = el('td', { class: 'next', title: s.next_run },
+      el('span', { class: 'zoned', text: zoned(s.next_run, tz) + ' ' + tz }));
+    if (tz !== LOCAL_TZ) td.append(el('span', { class: 'local muted', text: zoned(s.next_run, LOCAL_TZ) + ' your time (' + LOCAL_TZ + ')' }));
+    return td;
   }
 
   function renderSchedules(list) {
@@ -830,16 +859,18 @@
         el('td', { class: 'mono', text: s.cron }),
         el('td', { text: s.time_zone || 'UTC' }),
         el('td', { class: 'state' }, badge(state)),
-        el('td', { title: s.next_run || '', text: s.next_run ? stamp(s.next_run) : '—' }),
+        s.next_run ? nextRun(s) : el('td', { class: 'next', text: '—' }),
+        el('td', { class: 'target', text: target((s.job || {}).target) }),
         el('td', { title: s.last_run || '', text: s.last_run ? ago(s.last_run) : '—' }),
-        el('td', { class: 'mono' }, s.last_job_id ? el('a', { href: '#/job/' + encodeURIComponent(s.last_job_id), text: s.last_job_id }) : '—'),
+        el('td', { class: 'lastjob' }, s.last_job_id ? el('a', { href: '#/job/' + encodeURIComponent(s.last_job_id), class: 'mono', text: s.last_job_id }) : '—',
+          s.last_job ? ' ' : null, s.last_job ? badge(s.last_job.status) : null),
         el('td', { class: 'num', text: num(s.fired) }),
         el('td', { class: 'num', text: num(s.skipped) }),
         el('td', { text: s.last_skip_reason || '—' }),
         el('td', null, el('button', { type: 'button', 'data-id': s.id, 'data-act': s.paused ? 'resume' : 'pause',
           'aria-label': (s.paused ? 'Resume ' : 'Pause ') + s.id, text: s.paused ? 'Resume' : 'Pause' }))));
     }
-    if (!list.length) rows.append(el('tr', null, el('td', { colspan: '11', class: 'muted', text: 'No schedule yet.' })));
+    if (!list.length) rows.append(el('tr', null, el('td', { colspan: '12', class: 'muted', text: 'No schedule yet.' })));
     $('schedules-table').tBodies[0].replaceChildren(rows);
     $('schedules-count').textContent = num(list.length) + (list.length === 1 ? ' schedule' : ' schedules');
   }

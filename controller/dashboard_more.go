@@ -1,0 +1,71 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gridfleet/terraform-provider-grid/api"
+)
+
+// scheduleRow is one schedule as the dashboard's schedules view shows it:
+// the schedule and a summary of the last job it fired (nil when it has
+// fired none, or that job is gone).
+type scheduleRow struct {
+	api.Schedule
+	LastJob *api.JobHead `json:"last_job,omitempty"`
+}
+
+// handleSchedulesPage serves GET /schedules/page: every schedule with its
+// last job's summary, read by key (one small read per schedule, no scan).
+func (c *Controller) handleSchedulesPage(w http.ResponseWriter, r *http.Request) {
+	list, err := c.scheds.list(r.Context())
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+		return
+	}
+	out := make([]scheduleRow, 0, len(list))
+	for _, s := range list {
+		row := scheduleRow{Schedule: s}
+		if s.LastJobID != "" {
+			h, err := c.views.jobHead(r.Context(), s.LastJobID)
+			switch {
+			case err == nil:
+				row.LastJob = &h
+			case errors.Is(err, jetstream.ErrKeyNotFound):
+				// Deleted by retention or by hand: the row says so by
+				// having no last job.
+			default:
+				writeError(w, http.StatusServiceUnavailable, err.Error())
+				return
+			}
+		}
+		out = append(out, row)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// jobHead reads one stored job's summary; a job this controller runs shows
+// its state in memory, which is ahead of the store.
+func (v *dashboardViews) jobHead(ctx context.Context, id string) (api.JobHead, error) {
+	e, err := v.jobsKV.Get(ctx, id)
+	if err != nil {
+		return api.JobHead{}, fmt.Errorf("read job %s: %w", id, err)
+	}
+	var s storedJobHead
+	if err := json.Unmarshal(e.Value(), &s); err != nil {
+		return api.JobHead{}, fmt.Errorf("read job %s: %w", id, err)
+	}
+	h := s.head()
+	if lr := v.live.localRun(h.ID); lr != nil {
+		lr.mu.Lock()
+		h.Status, h.Step, h.Error, h.Nodes = lr.job.Status, lr.job.Step, lr.job.Error, len(lr.job.Expected)
+		h.UpdatedAt, h.StartedAt, h.FinishedAt = lr.job.UpdatedAt, lr.job.StartedAt, lr.job.FinishedAt
+		lr.mu.Unlock()
+	}
+	return h, nil
+}
