@@ -69,3 +69,39 @@ func (v *dashboardViews) jobHead(ctx context.Context, id string) (api.JobHead, e
 	}
 	return h, nil
 }
+
+// Page sizes of a node's recent jobs.
+const (
+	defaultNodeJobs = 20
+	maxNodeJobs     = 200
+)
+
+// nodeJobsPage is the answer of GET /node/{id}/jobs.
+type nodeJobsPage struct {
+	Node string `json:"node"`
+	// Total is how many jobs the index holds that touched the node.
+	Total int       `json:"total"`
+	Jobs  []nodeJob `json:"jobs"`
+}
+
+// handleNodeJobs serves GET /node/{id}/jobs?limit=: the newest jobs that
+// touched the node (targeted it, or found it offline), with its outcome
+// in each, from the job index in memory.
+func (c *Controller) handleNodeJobs(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if !api.ValidToken(id) {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("node id %q: want letters, digits, '-' or '_'", id))
+		return
+	}
+	limit, _, err := pageParams(r, defaultNodeJobs, maxNodeJobs)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if err := c.jobIdx.waitReady(r.Context()); err != nil {
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+		return
+	}
+	jobs, total := c.jobIdx.nodeJobs(id, limit)
+	writeJSON(w, http.StatusOK, nodeJobsPage{Node: id, Total: total, Jobs: jobs})
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
@@ -27,7 +28,13 @@ func (c *Controller) handleListEnrollments(w http.ResponseWriter, r *http.Reques
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("status %q: want pending, admitted or revoked", status))
 		return
 	}
-	writeJSON(w, http.StatusOK, c.sec.list(status))
+	list := c.sec.list(status)
+	// ?node= narrows the list to one node's record (the dashboard's node
+	// page), so it does not read the whole fleet's.
+	if node := r.URL.Query().Get("node"); node != "" {
+		list = slices.DeleteFunc(list, func(e api.Enrollment) bool { return e.NodeID != node })
+	}
+	writeJSON(w, http.StatusOK, list)
 }
 
 // handleDecide serves POST /enrollments/{id}/approve and .../revoke. A
