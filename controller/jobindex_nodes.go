@@ -29,8 +29,9 @@ type nodeOutcome struct {
 }
 
 // outcomeNames are the outcomes, from best to worst; a node's is the worst
-// of its steps'.
-var outcomeNames = []string{"success", "skipped", "not_run", "pending", "running", "cancelled", "unreachable", "failed"}
+// of its steps' (a step skipped by its condition is no worse than one
+// that succeeded, so it counts only when every step was skipped).
+var outcomeNames = []string{"skipped", "success", "not_run", "pending", "running", "cancelled", "unreachable", "failed"}
 
 func outcomeCode(status string) uint8 {
 	switch status {

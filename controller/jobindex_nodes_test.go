@@ -56,7 +56,7 @@ func TestNodeJobsIndex(t *testing.T) {
 	// job-c: a group node-3 was offline for.
 	c := &api.Job{ID: "job-c", Target: api.Target{Scope: api.ScopeGroup, Value: "db"}, Tasks: two, Status: api.JobCompleted,
 		Expected: []string{"node-2"}, Unreachable: []string{"node-3"}, CreatedAt: t0.Add(3 * time.Minute), FinishedAt: &fin,
-		Results: api.JobResults{0: {"node-2": res("success", false)}, 1: {"node-2": res("success", false)}}}
+		Results: api.JobResults{0: {"node-2": res("success", false)}, 1: {"node-2": res("skipped", false)}}}
 	putJob(t, x, c, 5)
 
 	type row struct{ id, outcome string }

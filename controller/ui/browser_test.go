@@ -166,6 +166,7 @@ type gate struct {
 // controller, made by startGate.
 var (
 	opsToken     string // role operator
+	adminToken   string // role admin
 	readToken    string // role read
 	revokedToken string // made, then revoked (401)
 	noViewToken  string // role metrics: valid, but may not read (403)
@@ -184,6 +185,7 @@ func startGate(t *testing.T, f *fleet.Fleet) *gate {
 	}
 	opsToken, readToken, noViewToken = mk("ops", api.RoleOperator), mk("viewer", api.RoleRead), mk("scraper", api.RoleMetrics)
 	revokedToken = mk("gone", api.RoleOperator)
+	adminToken = mk("root", api.RoleAdmin)
 	if _, err := f.Client().RevokeToken(ctx, "gone"); err != nil {
 		t.Fatalf("revoke token: %v", err)
 	}
@@ -558,6 +560,90 @@ func TestDashboardInBrowser(t *testing.T) {
 			`const s = document.getElementById('fleet-status'); s.value = 'offline'; s.dispatchEvent(new Event('change'))`))
 		waitJS(t, tab, 10*time.Second, "only node-3", `document.querySelectorAll('#fleet-table tr[data-node]').length === 1 && !!document.querySelector('#fleet-table tr[data-node="node-3"]')`)
 		snap(t, tab, "fleet")
+	})
+
+	t.Run("a node's page; an admin revokes a node", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		j, err := f.Client().SubmitJob(ctx, &api.JobSpec{Target: api.Target{Scope: api.ScopeNode, Value: "node-1"},
+			Tasks: []api.Phase{{Backend: "ping", Action: "echo", Params: api.Params{"message": "on node-1"}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tab := newTab(t, browser)
+		signIn(t, tab, base, readToken)
+		waitJS(t, tab, 10*time.Second, "the fleet view", `location.hash === '#/fleet'`)
+		// Node ids in the fleet view lead to the node's page.
+		do(t, tab, 10*time.Second, "follow node-1's link", chromedp.Click(chromedp.CSS(`#fleet-table tr[data-node="node-1"] a.nodelink`)))
+		waitJS(t, tab, 10*time.Second, "node-1's page with the job, node-1 succeeded in it",
+			`location.hash === '#/node/node-1' && (document.querySelector('#node-jobs tr[data-job="`+j.ID+`"] .outcome') || {}).textContent === 'success'`)
+		if got := eval[string](t, tab, `document.getElementById('node-status').textContent`); got != "online" {
+			t.Errorf("status %q", got)
+		}
+		meta := eval[string](t, tab, `document.getElementById('node-meta').textContent`)
+		for _, want := range []string{"Groupsweb.prod", "Hostname", "Last seen"} {
+			if !strings.Contains(meta, want) {
+				t.Errorf("node facts lack %q: %s", want, meta)
+			}
+		}
+		if !eval[bool](t, tab, `!!document.querySelector('#node-backends tr[data-backend="ping"] li[data-action="echo"]')`) {
+			t.Errorf("the ping backend's echo action is not listed")
+		}
+		// A reader sees no enrollment and no admin action.
+		if got := eval[string](t, tab, `document.getElementById('node-enrollment').textContent`); !strings.Contains(got, "admin role needed") {
+			t.Errorf("enrollment for a reader: %q", got)
+		}
+		if !eval[bool](t, tab, `document.getElementById('node-admin').hidden`) {
+			t.Errorf("a reader is offered admin actions")
+		}
+		if h := eval[string](t, tab, `location.hash`); h != "#/node/node-1" {
+			t.Errorf("the enrollment's 403 left the page for %s", h)
+		}
+		snap(t, tab, "node")
+
+		// An admin: the enrollment, and the actions.
+		do(t, tab, 5*time.Second, "sign out", chromedp.Click(chromedp.ID("signout")))
+		signIn(t, tab, base, adminToken)
+		waitJS(t, tab, 10*time.Second, "node-1 admitted", `location.hash === '#/node/node-1' && (document.querySelector('#node-enrollment .st') || {}).textContent === 'admitted' && !document.getElementById('node-admin').hidden`)
+		if !eval[bool](t, tab, `document.getElementById('node-approve').hidden`) {
+			t.Errorf("an admitted node offers approve")
+		}
+		// Remove asks first; the server refuses an online node, and the
+		// page says why.
+		do(t, tab, 5*time.Second, "remove", chromedp.Click(chromedp.ID("node-remove")))
+		waitJS(t, tab, 5*time.Second, "the confirmation", `document.getElementById('confirm').open && document.activeElement.id === 'confirm-cancel'`)
+		do(t, tab, 5*time.Second, "confirm", chromedp.Click(chromedp.ID("confirm-ok")))
+		waitJS(t, tab, 10*time.Second, "the refusal", `document.getElementById('node-msg').textContent.includes('Could not remove node-1') && document.getElementById('node-msg').textContent.includes('is online')`)
+		// Revoke, then think again: nothing happens.
+		do(t, tab, 5*time.Second, "revoke, cancel", chromedp.Click(chromedp.ID("node-revoke")), chromedp.WaitVisible(chromedp.ID("confirm-cancel")), chromedp.Click(chromedp.ID("confirm-cancel")))
+		waitJS(t, tab, 5*time.Second, "the dialog closed", `!document.getElementById('confirm').open`)
+		enrollment := func() string {
+			list, err := f.Client().ListEnrollments(ctx, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range list {
+				if e.NodeID == "node-1" {
+					return e.Status
+				}
+			}
+			return "none"
+		}
+		if st := enrollment(); st != api.EnrollAdmitted {
+			t.Fatalf("a cancelled revoke left node-1 %s", st)
+		}
+		// Revoke, by keyboard: Enter on the button, Tab to Revoke, Enter.
+		do(t, tab, 5*time.Second, "revoke", chromedp.Focus(chromedp.ID("node-revoke")), chromedp.KeyEvent(kb.Enter))
+		waitJS(t, tab, 5*time.Second, "the confirmation", `document.getElementById('confirm').open`)
+		do(t, tab, 5*time.Second, "confirm", chromedp.Focus(chromedp.ID("confirm-ok")), chromedp.KeyEvent(kb.Enter))
+		waitJS(t, tab, 15*time.Second, "node-1 revoked", `document.getElementById('node-msg').textContent.includes('node-1 revoked') && (document.querySelector('#node-enrollment .st') || {}).textContent === 'revoked'`)
+		if st := enrollment(); st != api.EnrollRevoked {
+			t.Errorf("node-1 is %s after revoke", st)
+		}
+		snap(t, tab, "node-revoked")
+		// The job grid links node ids to their pages too.
+		do(t, tab, 10*time.Second, "open the job", chromedp.Evaluate[chromedp.Void](`location.hash = '#/job/`+j.ID+`'`))
+		waitJS(t, tab, 10*time.Second, "node-1 linked in the grid", `(document.querySelector('#job-grid tr[data-node="node-1"] a.nodelink') || {}).getAttribute && document.querySelector('#job-grid tr[data-node="node-1"] a.nodelink').getAttribute('href') === '#/node/node-1'`)
 	})
 }
 

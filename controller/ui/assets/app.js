@@ -60,7 +60,9 @@
       cache: 'no-store',
     });
     const change = (opts.method || 'GET') !== 'GET';
-    if (res.status === 401 || (res.status === 403 && !change)) {
+    // opts.soft: a read the page can do without (an admin-only part of
+    // a view); its 403 is the caller's, not a sign-out.
+    if (res.status === 401 || (res.status === 403 && !change && !opts.soft)) {
       const msg = await errorText(res);
       signOut((res.status === 401 ? 'Sign-in needed: ' : 'Not allowed: ') + msg);
       throw new AuthError(msg);
@@ -123,6 +125,7 @@
   const label = (s) => String(s || 'none').replace(/_/g, ' ');
   const badge = (s) => el('span', { class: 'st st-' + (s || 'none'), text: label(s) });
   const target = (t) => t ? (t.value ? t.scope + ':' + t.value : t.scope) : '';
+  const nodeLink = (id) => el('a', { href: '#/node/' + encodeURIComponent(id), class: 'nodelink', text: id });
   const num = (n) => Number(n || 0).toLocaleString('en-US');
   function showMsg(id, msg, info) {
     const p = $(id);
@@ -155,7 +158,7 @@
   function show(name, heading) {
     for (const s of document.querySelectorAll('.view')) s.hidden = s.id !== 'view-' + name;
     for (const a of document.querySelectorAll('.top nav a')) {
-      const on = (name === 'job' ? 'jobs' : name) === a.id.slice(4);
+      const on = ({ job: 'jobs', node: 'fleet' }[name] || name) === a.id.slice(4);
       if (on) a.setAttribute('aria-current', 'page'); else a.removeAttribute('aria-current');
     }
     $('signout').hidden = name === 'signin';
@@ -178,6 +181,7 @@
     let m;
     if (h.startsWith('#/signin')) signinView();
     else if ((m = /^#\/job\/([^/?#]+)/.exec(h))) jobView(decodeURIComponent(m[1]), view);
+    else if ((m = /^#\/node\/([^/?#]+)/.exec(h))) nodeView(decodeURIComponent(m[1]), view);
     else if (h.startsWith('#/jobs')) jobsView(view);
     else if (h.startsWith('#/schedules')) schedulesView(view);
     else fleetView(view);
@@ -289,7 +293,7 @@
     const rows = document.createDocumentFragment();
     for (const n of p.nodes) {
       rows.append(el('tr', { 'data-node': n.id },
-        el('th', { scope: 'row', class: 'mono', text: n.id }),
+        el('th', { scope: 'row', class: 'mono' }, nodeLink(n.id)),
         el('td', { class: 'status' }, badge(n.status)),
         el('td', { text: (n.groups || []).join(', ') }),
         el('td', { text: (n.backends || []).join(', ') }),
@@ -579,7 +583,7 @@
     const res = s.job.results || {};
     const frag = document.createDocumentFragment();
     for (const n of slice) {
-      const tr = el('tr', { 'data-node': n }, el('th', { scope: 'row', class: 'mono', text: n }));
+      const tr = el('tr', { 'data-node': n }, el('th', { scope: 'row', class: 'mono' }, nodeLink(n)));
       s.steps.forEach((name, i) => {
         const r = (res[i] || {})[n];
         const b = el('button', { type: 'button', class: 'cellbtn st st-' + (r ? statusOf(r, s.job) : noResult(s.job) === 'not_run' ? 'not_run' : 'none'), 'data-step': String(i), 'data-node': n,
@@ -889,6 +893,148 @@
       b.disabled = false;
     }
   });
+
+  // ---- one node ----------------------------------------------------------
+
+  // The node view reads the node's record (GET /node/{id}), the jobs that
+  // touched it (GET /node/{id}/jobs) and, for an admin, its enrollment
+  // (GET /enrollments?node=): a token that may not read that sees no
+  // admin actions.
+  function nodeView(id, v) {
+    show('node', 'Node ' + id);
+    $('node-h').textContent = 'Node ' + id;
+    showMsg('node-msg', '');
+    for (const t of ['node-backends', 'node-jobs']) $(t).tBodies[0].replaceChildren();
+    $('node-meta').replaceChildren();
+    $('node-jobs-count').textContent = '';
+    $('node-status').replaceChildren();
+    $('node-admin').hidden = true;
+    v.node = id;
+    loadNode(v);
+  }
+
+  async function loadNode(v) {
+    if (v.stopped) return;
+    clearTimeout(v.timer);
+    const seq = (v.seq = (v.seq || 0) + 1);
+    const id = v.node;
+    const path = '/node/' + encodeURIComponent(id);
+    const opts = { signal: v.abort.signal };
+    try {
+      const [node, jobs, enr] = await Promise.all([
+        api(path, opts).catch((e) => { if (e.status === 404) return null; throw e; }),
+        api(path + '/jobs?limit=20', opts),
+        api('/enrollments?' + qs({ node: id }), { signal: v.abort.signal, soft: true })
+          .then((l) => ({ admin: true, rec: (l || [])[0] || null }))
+          .catch((e) => { if (e instanceof AuthError || e.name === 'AbortError') throw e; return { admin: false, why: e.status === 403 ? 'admin role needed to see it' : e.message }; }),
+      ]);
+      if (v.stopped || seq !== v.seq) return;
+      if (!v.acted) showMsg('node-msg', node ? '' : 'Node ' + id + ' is not in the registry (removed, revoked, or never seen).');
+      renderNode(v, node, jobs, enr);
+    } catch (e) {
+      if (e instanceof AuthError || e.name === 'AbortError') return;
+      showMsg('node-msg', 'Could not load the node: ' + e.message + ' (retrying)');
+    }
+    if (!v.stopped && seq === v.seq) v.timer = setTimeout(() => loadNode(v), REFRESH_MS);
+  }
+
+  function renderNode(v, n, page, enr) {
+    document.body.dataset.nodeRenders = String(Number(document.body.dataset.nodeRenders || 0) + 1);
+    $('node-status').replaceChildren(badge(n ? n.status : 'unknown'));
+    const e = enr.rec;
+    const meta = [['Hostname', n ? n.hostname : ''], ['Groups', n ? (n.groups || []).join(', ') : ''], ['Version', n ? n.version : ''],
+      ['Online since', n && n.status === 'online' ? stamp(n.online_since) : ''], ['Last seen', n ? stamp(n.last_seen) + ' (' + ago(n.last_seen) + ')' : ''],
+      ['Heartbeat', n && n.heartbeat_interval ? 'every ' + goDuration(n.heartbeat_interval) : ''],
+      ['Enrollment', enr.admin ? (e ? el('span', { id: 'node-enrollment' }, badge(e.status), e.decided_at ? ' since ' + stamp(e.decided_at) : ' requested ' + stamp(e.requested_at)) :
+        el('span', { id: 'node-enrollment', text: 'no enrollment record' })) : el('span', { id: 'node-enrollment', class: 'muted', text: 'not shown (' + enr.why + ')' })]];
+    $('node-meta').replaceChildren(...meta.flatMap(([k, x]) => [el('dt', { text: k }), el('dd', null, x || '—')]));
+    $('node-admin').hidden = !enr.admin;
+    $('node-approve').hidden = !e || e.status === 'admitted';
+    $('node-revoke').hidden = !e || e.status === 'revoked';
+
+    const rows = document.createDocumentFragment();
+    const off = (b) => (b.off || []).map((o) => o.name || o.action || String(o));
+    for (const b of (n && n.schemas) || []) {
+      rows.append(el('tr', { 'data-backend': b.name },
+        el('th', { scope: 'row', title: b.description || '', text: b.name }),
+        el('td', null, el('ul', { class: 'actions' }, ...(b.actions || []).map((a) => el('li', { 'data-action': a.name, title: a.description || '' }, a.name,
+          a.dangerous ? el('span', { class: 'flag dangerous', text: 'dangerous' }) : null,
+          a.read_only ? el('span', { class: 'flag', text: 'read-only' }) : null,
+          a.check_mode ? el('span', { class: 'flag', text: 'check mode' }) : null)))),
+        el('td', { text: off(b).join(', ') || '—' })));
+    }
+    if (n && !(n.schemas || []).length) for (const b of n.backends || []) rows.append(el('tr', { 'data-backend': b }, el('th', { scope: 'row', text: b }), el('td', { text: '—' }), el('td', { text: '—' })));
+    if (!rows.childNodes.length) rows.append(el('tr', null, el('td', { colspan: '3', class: 'muted', text: 'No backend known.' })));
+    $('node-backends').tBodies[0].replaceChildren(rows);
+
+    const jr = document.createDocumentFragment();
+    for (const j of page.jobs) {
+      const outcome = j.outcome ? badge(j.outcome) : el('span', { class: 'muted', text: 'in progress' });
+      jr.append(el('tr', { 'data-job': j.id },
+        el('th', { scope: 'row', class: 'mono' }, el('a', { href: '#/job/' + encodeURIComponent(j.id), text: j.id })),
+        el('td', { class: 'outcome' }, outcome, j.changed ? ' (changed)' : ''),
+        el('td', { class: 'status' }, badge(j.status)),
+        el('td', { text: j.target }),
+        el('td', { text: j.tasks.slice(0, 3).join(', ') + (j.tasks.length > 3 ? ' +' + (j.tasks.length - 3) : '') }),
+        el('td', { title: j.created_at, text: ago(j.created_at) })));
+    }
+    if (!page.jobs.length) jr.append(el('tr', null, el('td', { colspan: '6', class: 'muted', text: 'No job has run on this node.' })));
+    $('node-jobs').tBodies[0].replaceChildren(jr);
+    $('node-jobs-count').textContent = page.total > page.jobs.length ? 'The newest ' + num(page.jobs.length) + ' of ' + num(page.total) + ' jobs.' : num(page.total) + (page.total === 1 ? ' job.' : ' jobs.');
+  }
+
+  // confirmAction asks in a modal dialog; it resolves true on Confirm.
+  function confirmAction(text, ok) {
+    const d = $('confirm');
+    $('confirm-text').textContent = text;
+    $('confirm-ok').textContent = ok;
+    return new Promise((resolve) => {
+      const done = (yes) => { d.close(); cleanup(); resolve(yes); };
+      const onOk = () => done(true);
+      const onCancel = () => done(false);
+      const onClose = () => { cleanup(); resolve(false); };
+      const cleanup = () => {
+        $('confirm-ok').removeEventListener('click', onOk);
+        $('confirm-cancel').removeEventListener('click', onCancel);
+        d.removeEventListener('close', onClose);
+      };
+      $('confirm-ok').addEventListener('click', onOk);
+      $('confirm-cancel').addEventListener('click', onCancel);
+      d.addEventListener('close', onClose); // Escape
+      d.showModal();
+      $('confirm-cancel').focus();
+    });
+  }
+
+  const NODE_ACTIONS = {
+    'node-approve': { verb: 'approve', ok: 'Approve', ask: (id) => 'Approve node ' + id + '? Its agent may then connect and run jobs.',
+      call: (id) => api('/enrollments/' + encodeURIComponent(id) + '/approve', { method: 'POST' }), done: 'approved' },
+    'node-revoke': { verb: 'revoke', ok: 'Revoke', ask: (id) => 'Revoke node ' + id + '? Its agent is disconnected and its key refused for good; it must enroll again under a new key.',
+      call: (id) => api('/enrollments/' + encodeURIComponent(id) + '/revoke', { method: 'POST' }), done: 'revoked' },
+    'node-remove': { verb: 'remove', ok: 'Remove', ask: (id) => 'Remove node ' + id + ' from the registry? Only an offline node can be removed; an agent that comes back registers again.',
+      call: (id) => api('/node/' + encodeURIComponent(id), { method: 'DELETE' }), done: 'removed' },
+  };
+  for (const [bid, a] of Object.entries(NODE_ACTIONS)) {
+    $(bid).addEventListener('click', async () => {
+      const v = view;
+      if (!v || !v.node) return;
+      const id = v.node;
+      if (!(await confirmAction(a.ask(id), a.ok))) { $(bid).focus(); return; }
+      $(bid).disabled = true;
+      try {
+        await a.call(id);
+        v.acted = true;
+        showMsg('node-msg', 'Node ' + id + ' ' + a.done + '.', true);
+      } catch (e) {
+        if (e instanceof AuthError) return;
+        v.acted = true;
+        showMsg('node-msg', (e.status === 403 ? 'Not allowed to ' + a.verb + ': ' : 'Could not ' + a.verb + ' ' + id + ': ') + e.message);
+      } finally {
+        $(bid).disabled = false;
+      }
+      if (view === v) loadNode(v);
+    });
+  }
 
   window.addEventListener('hashchange', route);
   route();
