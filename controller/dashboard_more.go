@@ -105,3 +105,18 @@ func (c *Controller) handleNodeJobs(w http.ResponseWriter, r *http.Request) {
 	jobs, total := c.jobIdx.nodeJobs(id, limit)
 	writeJSON(w, http.StatusOK, nodeJobsPage{Node: id, Total: total, Jobs: jobs})
 }
+
+// whoami is the answer of GET /whoami: the caller's token name and role,
+// and what that role may do, so the dashboard shows only the actions the
+// controller would accept (it still enforces them on every request).
+type whoami struct {
+	Name   string   `json:"name"`
+	Role   api.Role `json:"role"`
+	Submit bool     `json:"submit"`
+	Admin  bool     `json:"admin"`
+}
+
+func (c *Controller) handleWhoami(w http.ResponseWriter, r *http.Request) {
+	p := principalFrom(r.Context())
+	writeJSON(w, http.StatusOK, whoami{Name: p.Name, Role: p.Role, Submit: p.Role.Includes(api.RoleOperator), Admin: p.Role.Includes(api.RoleAdmin)})
+}

@@ -539,6 +539,74 @@ func TestDashboardInBrowser(t *testing.T) {
 		}
 	})
 
+	t.Run("launch a job from the form", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		pick := func(tab context.Context, id, value string) {
+			do(t, tab, 5*time.Second, "choose "+value+" in "+id, chromedp.Evaluate[chromedp.Void](
+				`{ const s = document.getElementById('`+id+`'); s.value = '`+value+`'; s.dispatchEvent(new Event('change', { bubbles: true })); }`))
+		}
+		// A reader is not offered the launcher, and is told why on its page.
+		tab := newTab(t, browser)
+		signIn(t, tab, base, readToken)
+		waitJS(t, tab, 10*time.Second, "the fleet view", `location.hash === '#/fleet'`)
+		do(t, tab, 5*time.Second, "open the launcher", chromedp.Evaluate[chromedp.Void](`location.hash = '#/launch'`))
+		waitJS(t, tab, 10*time.Second, "the refusal", `document.getElementById('launch-msg').textContent.includes('may not submit jobs') && document.getElementById('launch-form').hidden`)
+		if !eval[bool](t, tab, `document.getElementById('nav-launch').hidden`) {
+			t.Errorf("a reader sees the launcher in the menu")
+		}
+
+		tab = newTab(t, browser)
+		signIn(t, tab, base, opsToken)
+		waitJS(t, tab, 10*time.Second, "the launcher in the menu", `location.hash === '#/fleet' && !document.getElementById('nav-launch').hidden`)
+		do(t, tab, 5*time.Second, "open the launcher", chromedp.Click(chromedp.ID("nav-launch")))
+		waitJS(t, tab, 10*time.Second, "the catalog", `!!document.querySelector('#launch-action option[value="ping.sleep"]')`)
+		if !eval[bool](t, tab, `document.querySelector('#launch-action option[value="apt.remove"]').disabled`) {
+			t.Errorf("an action the nodes do not enable can be chosen")
+		}
+		waitJS(t, tab, 10*time.Second, "the count of all nodes", `document.getElementById('launch-count').textContent === '3 nodes online now'`)
+
+		// The form follows the schema: a required duration is checked
+		// before anything is sent.
+		pick(tab, "launch-action", "ping.sleep")
+		waitJS(t, tab, 5*time.Second, "the duration field", `!!document.getElementById('param-duration') && document.querySelector('label[for="param-duration"]').textContent.includes('required')`)
+		do(t, tab, 5*time.Second, "preview without a duration", chromedp.Click(chromedp.ID("launch-preview")))
+		waitJS(t, tab, 5*time.Second, "the missing duration", `document.getElementById('param-duration-err').textContent === 'duration required' && document.activeElement.id === 'param-duration'`)
+		do(t, tab, 5*time.Second, "a bad duration", chromedp.SendKeys(chromedp.ID("param-duration"), "soon"), chromedp.Click(chromedp.ID("launch-preview")))
+		waitJS(t, tab, 5*time.Second, "the bad duration", `document.getElementById('param-duration-err').textContent.includes('must be a duration')`)
+
+		// ping.echo on node-2: the count, a preview in check mode, then Run.
+		pick(tab, "launch-action", "ping.echo")
+		waitJS(t, tab, 5*time.Second, "the message field with its default", `(document.getElementById('param-message') || {}).placeholder === 'pong'`)
+		pick(tab, "launch-scope", "node")
+		do(t, tab, 5*time.Second, "fill the form", chromedp.SendKeys(chromedp.ID("param-message"), "launched from the form"),
+			chromedp.SendKeys(chromedp.ID("launch-value"), "node-2"))
+		waitJS(t, tab, 10*time.Second, "the count of node-2", `document.getElementById('launch-count').textContent === '1 node (online)'`)
+		if !eval[bool](t, tab, `document.getElementById('launch-run').disabled`) {
+			t.Errorf("Run is offered before a preview")
+		}
+		do(t, tab, 5*time.Second, "preview", chromedp.Click(chromedp.ID("launch-preview")))
+		waitJS(t, tab, 20*time.Second, "the preview's outcome", `document.getElementById('launch-preview-result').textContent.includes('Check mode completed on 1 node') && !document.getElementById('launch-run').disabled`)
+		previewID := strings.TrimPrefix(eval[string](t, tab, `decodeURIComponent(document.getElementById('launch-preview-job').getAttribute('href'))`), "#/job/")
+		if pj, err := f.Client().GetJob(ctx, previewID); err != nil || !pj.CheckMode {
+			t.Fatalf("preview job %s: check mode %v, %v", previewID, pj != nil && pj.CheckMode, err)
+		}
+		snap(t, tab, "launch")
+		do(t, tab, 5*time.Second, "run", chromedp.Click(chromedp.ID("launch-run")))
+		waitJS(t, tab, 20*time.Second, "the new job's live page, completed", `location.hash.startsWith('#/job/') && location.hash !== '#/job/`+previewID+`' && document.body.dataset.jobStatus === 'completed'`)
+		id := strings.TrimPrefix(eval[string](t, tab, `decodeURIComponent(location.hash)`), "#/job/")
+		j, err := f.Client().GetJob(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if j.CheckMode || j.Target.String() != "node:node-2" || j.SubmittedBy != "ops" || len(j.Tasks) != 1 || j.Tasks[0].Params["message"] != "launched from the form" {
+			t.Errorf("launched job: check mode %v, target %s, by %s, tasks %+v", j.CheckMode, j.Target, j.SubmittedBy, j.Tasks)
+		}
+		if out := j.Results.Node(0, "node-2"); out == nil || out.Output != "launched from the form" {
+			t.Errorf("node-2's result: %+v", out)
+		}
+	})
+
 	t.Run("see a node go offline", func(t *testing.T) {
 		tab := newTab(t, browser)
 		signIn(t, tab, base, opsToken)
@@ -632,10 +700,10 @@ func TestDashboardInBrowser(t *testing.T) {
 		if st := enrollment(); st != api.EnrollAdmitted {
 			t.Fatalf("a cancelled revoke left node-1 %s", st)
 		}
-		// Revoke, by keyboard: Enter on the button, Tab to Revoke, Enter.
+		// Revoke: Enter on the button opens the dialog, focus on Cancel.
 		do(t, tab, 5*time.Second, "revoke", chromedp.Focus(chromedp.ID("node-revoke")), chromedp.KeyEvent(kb.Enter))
-		waitJS(t, tab, 5*time.Second, "the confirmation", `document.getElementById('confirm').open`)
-		do(t, tab, 5*time.Second, "confirm", chromedp.Focus(chromedp.ID("confirm-ok")), chromedp.KeyEvent(kb.Enter))
+		waitJS(t, tab, 5*time.Second, "the confirmation", `document.getElementById('confirm').open && document.activeElement.id === 'confirm-cancel'`)
+		do(t, tab, 5*time.Second, "confirm", chromedp.Click(chromedp.ID("confirm-ok")))
 		waitJS(t, tab, 15*time.Second, "node-1 revoked", `document.getElementById('node-msg').textContent.includes('node-1 revoked') && (document.querySelector('#node-enrollment .st') || {}).textContent === 'revoked'`)
 		if st := enrollment(); st != api.EnrollRevoked {
 			t.Errorf("node-1 is %s after revoke", st)

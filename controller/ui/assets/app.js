@@ -73,6 +73,8 @@
 
   function signOut(msg) {
     sessionStorage.removeItem(TOKEN_KEY);
+    me = null;
+    $('nav-launch').hidden = true;
     const h = location.hash;
     if (h && !h.startsWith('#/signin')) sessionStorage.setItem(NEXT_KEY, h);
     signinMessage = msg || '';
@@ -178,13 +180,33 @@
       return;
     }
     view = { stopped: false, abort: new AbortController(), timer: 0 };
+    if (!h.startsWith('#/signin')) loadMe();
     let m;
     if (h.startsWith('#/signin')) signinView();
     else if ((m = /^#\/job\/([^/?#]+)/.exec(h))) jobView(decodeURIComponent(m[1]), view);
     else if ((m = /^#\/node\/([^/?#]+)/.exec(h))) nodeView(decodeURIComponent(m[1]), view);
+    else if (h.startsWith('#/launch')) launchView(view);
     else if (h.startsWith('#/jobs')) jobsView(view);
     else if (h.startsWith('#/schedules')) schedulesView(view);
     else fleetView(view);
+  }
+
+  // me is who the token is (GET /whoami): the launcher is offered only to
+  // a role that may submit (the controller checks every request anyway).
+  let me = null;
+  let meFor = '';
+  async function loadMe() {
+    const t = token();
+    if (me && meFor === t) return me;
+    try {
+      const m = await api('/whoami');
+      if (token() !== t) return null;
+      me = m; meFor = t;
+      $('nav-launch').hidden = !m.submit;
+      return m;
+    } catch (_) {
+      return null;
+    }
   }
 
   // ---- sign in -----------------------------------------------------------
@@ -1035,6 +1057,218 @@
       if (view === v) loadNode(v);
     });
   }
+
+  // ---- launch a job ------------------------------------------------------
+
+  // The launcher builds one backend action's job from the catalog's schema
+  // (GET /backends), shows how many nodes the target matches now, runs it
+  // in check mode first, then for real.
+  const launch = { catalog: null, action: null, previewed: '', countSeq: 0 };
+
+  async function launchView(v) {
+    show('launch', 'Launch a job');
+    showMsg('launch-msg', '');
+    const m = await loadMe();
+    if (v.stopped) return;
+    if (m && !m.submit) {
+      showMsg('launch-msg', 'Token "' + m.name + '" has role ' + m.role + ', which may not submit jobs (operator or admin may).');
+      $('launch-form').hidden = true;
+      return;
+    }
+    $('launch-form').hidden = false;
+    try {
+      launch.catalog = await api('/backends', { signal: v.abort.signal });
+    } catch (e) {
+      if (e instanceof AuthError || e.name === 'AbortError') return;
+      showMsg('launch-msg', 'Could not load the backends: ' + e.message);
+      return;
+    }
+    if (v.stopped) return;
+    const sel = $('launch-action');
+    const cur = sel.value;
+    const groups = (launch.catalog.backends || []).map((b) => el('optgroup', { label: b.name + ' (' + num((launch.catalog.nodes || {})[b.name]) + ' nodes)' },
+      ...(b.actions || []).map((a) => el('option', { value: b.name + '.' + a.name, text: b.name + '.' + a.name + (a.dangerous ? ' — dangerous' : '') })),
+      ...(b.off || []).map((o) => el('option', { value: b.name + '.' + o.name, disabled: true, text: b.name + '.' + o.name + ' — not enabled' }))));
+    sel.replaceChildren(el('option', { value: '', text: 'Choose…' }), ...groups);
+    sel.value = cur;
+    renderParams();
+    countTarget(v);
+  }
+
+  function findAction(key) {
+    for (const b of (launch.catalog && launch.catalog.backends) || []) {
+      for (const a of b.actions || []) if (b.name + '.' + a.name === key) return { backend: b.name, a };
+    }
+    return null;
+  }
+
+  function renderParams() {
+    const f = findAction($('launch-action').value);
+    launch.action = f;
+    $('launch-action-help').textContent = f ? (f.a.description || '') + (f.a.read_only ? ' (read-only)' : '') : '';
+    $('launch-danger').hidden = !(f && f.a.dangerous);
+    const box = $('launch-params');
+    box.replaceChildren();
+    for (const p of (f && f.a.params) || []) {
+      const id = 'param-' + p.name;
+      let input;
+      if (p.enum && p.enum.length) {
+        input = el('select', { id }, el('option', { value: '', text: p.default ? 'default (' + p.default + ')' : '—' }), ...p.enum.map((x) => el('option', { value: x, text: x })));
+      } else if (p.type === 'bool') {
+        input = el('select', { id }, el('option', { value: '', text: p.default ? 'default (' + p.default + ')' : '—' }), el('option', { value: 'true', text: 'true' }), el('option', { value: 'false', text: 'false' }));
+      } else {
+        input = el('input', { id, type: p.sensitive ? 'password' : 'text', autocomplete: 'off', spellcheck: 'false',
+          placeholder: p.default ? p.default : ({ int: 'a whole number', duration: 'e.g. 30s, 5m', list: 'comma-separated' }[p.type] || '') });
+      }
+      input.dataset.param = p.name;
+      if (p.required) input.setAttribute('aria-required', 'true');
+      input.setAttribute('aria-describedby', id + '-help ' + id + '-err');
+      const help = [p.description, p.type !== 'string' ? 'type ' + p.type : '', p.default ? 'default ' + p.default : '', p.pattern ? 'pattern ' + p.pattern : '',
+        p.sensitive ? 'sensitive: never stored or shown in clear' : ''].filter(Boolean).join(' · ');
+      box.append(el('div', { class: 'param' },
+        el('label', { for: id }, p.name, p.required ? el('span', { class: 'req', 'aria-hidden': 'true', text: ' *' }) : null, p.required ? el('span', { class: 'sr-only', text: ' (required)' }) : null),
+        input, el('p', { id: id + '-help', class: 'help', text: help }), el('p', { id: id + '-err', class: 'err', role: 'alert' })));
+    }
+  }
+
+  // paramError says what is wrong with one value, or ''.
+  function paramError(p, val) {
+    if (val === '') return p.required && !p.default ? 'required' : '';
+    if (p.type === 'int' && !/^-?\d+$/.test(val)) return 'must be a whole number';
+    if (p.type === 'duration' && isNaN(goMs(val))) return 'must be a duration such as 30s or 5m';
+    if (p.type === 'bool' && !['true', 'false'].includes(val)) return 'must be true or false';
+    if (p.enum && p.enum.length && !p.enum.includes(val)) return 'must be one of ' + p.enum.join(', ');
+    if (p.pattern) {
+      try { if (!new RegExp('^(?:' + p.pattern + ')$').test(val)) return 'must match ' + p.pattern; } catch (_) { /* a pattern JS cannot read: the controller checks */ }
+    }
+    return '';
+  }
+
+  // launchSpec reads the form into a job spec, or null (errors shown).
+  function launchSpec(check) {
+    const f = launch.action;
+    if (!f) { showMsg('launch-msg', 'Choose a backend action first.'); $('launch-action').focus(); return null; }
+    const params = {};
+    let bad = null;
+    for (const p of f.a.params || []) {
+      const input = $('param-' + p.name);
+      const val = input.value.trim();
+      const err = paramError(p, val);
+      $('param-' + p.name + '-err').textContent = err ? p.name + ' ' + err : '';
+      input.setAttribute('aria-invalid', err ? 'true' : 'false');
+      if (err && !bad) bad = input;
+      if (val !== '') params[p.name] = input.value;
+    }
+    const scope = $('launch-scope').value;
+    const value = $('launch-value').value.trim();
+    if (scope !== 'all' && !value) { showMsg('launch-msg', 'Name the ' + scope + ' to run on.'); $('launch-value').focus(); return null; }
+    if (bad) { showMsg('launch-msg', 'Some parameters need a fix.'); bad.focus(); return null; }
+    showMsg('launch-msg', '');
+    const limit = (s) => { s = s.trim(); return s === '' ? undefined : /^\d+$/.test(s) ? Number(s) : s; };
+    const spec = { target: scope === 'all' ? { scope } : { scope, value }, strategy: $('launch-strategy').value,
+      tasks: [{ backend: f.backend, action: f.a.name, params }] };
+    const mc = limit($('launch-maxc').value), me_ = limit($('launch-maxe').value);
+    if (mc !== undefined) spec.max_concurrency = mc;
+    if (me_ !== undefined) spec.max_errors = me_;
+    if (check) spec.check_mode = true;
+    return spec;
+  }
+
+  // countTarget shows how many nodes the target matches now.
+  let countTimer = 0;
+  async function countTarget(v) {
+    const seq = ++launch.countSeq;
+    const scope = $('launch-scope').value;
+    const value = $('launch-value').value.trim();
+    $('launch-value').disabled = scope === 'all';
+    let text = '';
+    try {
+      if (scope === 'node') {
+        const p = await api('/fleet?' + qs({ q: value, limit: 50 }), { signal: v.abort.signal });
+        $('launch-values').replaceChildren(...p.nodes.map((n) => el('option', { value: n.id })));
+        const n = p.nodes.find((x) => x.id === value);
+        text = !value ? 'Name a node.' : n ? '1 node (' + n.status + ')' : 'No node ' + value + '.';
+      } else {
+        const p = await api('/fleet?' + qs({ group: scope === 'group' ? value : '', limit: 1 }), { signal: v.abort.signal });
+        if (scope === 'group') $('launch-values').replaceChildren(...(p.groups || []).map((g) => el('option', { value: g.group })));
+        if (scope === 'group' && !value) text = 'Name a group.';
+        else {
+          const on = scope === 'all' ? p.online : p.matched - (await api('/fleet?' + qs({ group: value, status: 'offline', limit: 1 }), { signal: v.abort.signal })).matched;
+          const off = scope === 'all' ? 0 : p.matched - on;
+          text = num(on) + (on === 1 ? ' node' : ' nodes') + ' online now' + (off ? ', ' + num(off) + ' offline (skipped as unreachable)' : '');
+        }
+      }
+    } catch (e) {
+      if (e instanceof AuthError || e.name === 'AbortError') return;
+      text = 'Could not count: ' + e.message;
+    }
+    if (seq === launch.countSeq && !v.stopped) $('launch-count').textContent = text;
+  }
+  const recount = () => { clearTimeout(countTimer); countTimer = setTimeout(() => { if (view) countTarget(view); }, 200); };
+  $('launch-scope').addEventListener('change', () => {
+    $('launch-value').value = '';
+    $('launch-value').disabled = $('launch-scope').value === 'all';
+    recount();
+  });
+  $('launch-value').addEventListener('input', recount);
+  $('launch-action').addEventListener('change', renderParams);
+  // Any change after a preview asks for a new one before Run.
+  $('launch-form').addEventListener('input', () => { $('launch-run').disabled = true; });
+  $('launch-form').addEventListener('change', () => { $('launch-run').disabled = true; });
+
+  $('launch-form').addEventListener('submit', async (e) => {
+    e.preventDefault();
+    const v = view;
+    const spec = launchSpec(true);
+    if (!spec || !v) return;
+    $('launch-preview').disabled = true;
+    $('launch-run').disabled = true;
+    $('launch-preview-result').replaceChildren();
+    $('launch-state').textContent = 'Running in check mode…';
+    try {
+      let j = await api('/job', { method: 'POST', body: spec });
+      const id = j.id;
+      while (!TERMINAL.includes(j.status)) {
+        await new Promise((r) => setTimeout(r, 400));
+        if (v.stopped) return;
+        j = await api('/job/' + encodeURIComponent(id), { signal: v.abort.signal });
+      }
+      const nodes = new Set(j.expected || []);
+      let changed = 0, failed = 0;
+      for (const n of nodes) {
+        const rs = Object.values(j.results || {}).map((row) => row[n]).filter(Boolean);
+        if (rs.some((r) => r.changed)) changed++;
+        if (rs.some((r) => r.status === 'failed')) failed++;
+      }
+      $('launch-preview-result').replaceChildren('Check mode ', badge(j.status), ' on ' + num(nodes.size) + (nodes.size === 1 ? ' node: ' : ' nodes: ') +
+        num(changed) + ' would change, ' + num(failed) + ' failed' + ((j.unreachable || []).length ? ', ' + num(j.unreachable.length) + ' unreachable' : '') + '. ',
+        el('a', { href: '#/job/' + encodeURIComponent(id), id: 'launch-preview-job', text: 'See the preview' }));
+      $('launch-state').textContent = '';
+      launch.previewed = JSON.stringify(launchSpec(false));
+      $('launch-run').disabled = false;
+      $('launch-run').focus();
+    } catch (err) {
+      if (err instanceof AuthError) return;
+      $('launch-state').textContent = '';
+      showMsg('launch-msg', (err.status === 403 ? 'Not allowed: ' : 'The controller refused the job: ') + err.message);
+    } finally {
+      $('launch-preview').disabled = false;
+    }
+  });
+
+  $('launch-run').addEventListener('click', async () => {
+    const spec = launchSpec(false);
+    if (!spec || JSON.stringify(spec) !== launch.previewed) { $('launch-run').disabled = true; return; }
+    $('launch-run').disabled = true;
+    try {
+      const j = await api('/job', { method: 'POST', body: spec });
+      location.hash = '#/job/' + encodeURIComponent(j.id);
+    } catch (err) {
+      if (err instanceof AuthError) return;
+      showMsg('launch-msg', (err.status === 403 ? 'Not allowed: ' : 'The controller refused the job: ') + err.message);
+      $('launch-run').disabled = false;
+    }
+  });
 
   window.addEventListener('hashchange', route);
   route();
