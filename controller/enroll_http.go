@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 	"time"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
@@ -28,13 +27,17 @@ func (c *Controller) handleListEnrollments(w http.ResponseWriter, r *http.Reques
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("status %q: want pending, admitted or revoked", status))
 		return
 	}
-	list := c.sec.list(status)
-	// ?node= narrows the list to one node's record (the dashboard's node
-	// page), so it does not read the whole fleet's.
+	// ?node= answers with one node's record alone (the dashboard's node
+	// page), read by key rather than by listing the whole fleet's.
 	if node := r.URL.Query().Get("node"); node != "" {
-		list = slices.DeleteFunc(list, func(e api.Enrollment) bool { return e.NodeID != node })
+		list := []api.Enrollment{}
+		if e, ok := c.sec.one(node); ok && (status == "" || e.Status == status) {
+			list = append(list, e)
+		}
+		writeJSON(w, http.StatusOK, list)
+		return
 	}
-	writeJSON(w, http.StatusOK, list)
+	writeJSON(w, http.StatusOK, c.sec.list(status))
 }
 
 // handleDecide serves POST /enrollments/{id}/approve and .../revoke. A

@@ -762,6 +762,21 @@ func TestFleetView10kNodes(t *testing.T) {
 	snap(t, tab, "fleet-10k")
 	t.Logf("fleet view, %d nodes: page load to first page painted %.0f ms (GET /fleet + render %.0f ms, GET /fleet %.0f ms of it); search to result painted %.0f ms (GET /fleet %.0f ms of it)",
 		total, load, fetchRender, firstFetch, search, server)
+
+	// A node's page among them, as an admin (its enrollment is read too):
+	// from the fleet's link to the page painted.
+	tab = newTab(t, browser)
+	signIn(t, tab, g.srv.URL, adminToken)
+	waitJS(t, tab, 30*time.Second, "the fleet's first page", `!!document.querySelector('#fleet-table a.nodelink')`)
+	do(t, tab, 10*time.Second, "open a node's page", chromedp.Click(chromedp.CSS(`#fleet-table tr[data-node="node-00005"] a.nodelink`)))
+	waitJS(t, tab, 15*time.Second, "the node's page", `document.body.dataset.nodeRenders === '1' && document.getElementById('node-h').textContent === 'Node node-00005'`)
+	nodeMs := eval[float64](t, tab, `Number(document.body.dataset.nodeRenderMs)`)
+	reads := eval[[]float64](t, tab, `['/node/node-00005?', '/node/node-00005/jobs', '/enrollments?'].map((p) => (performance.getEntriesByType('resource').find((e) => (e.name + '?').includes(p)) || { duration: -1 }).duration)`)
+	if got := eval[string](t, tab, `document.getElementById('node-meta').textContent`); !strings.Contains(got, "dc1.rack05") {
+		t.Errorf("node-00005's page: %s", got)
+	}
+	t.Logf("node page, %d nodes: reads and render %.0f ms (GET /node/{id} %.0f ms, GET /node/{id}/jobs %.0f ms, GET /enrollments?node= %.0f ms)",
+		total, nodeMs, reads[0], reads[1], reads[2])
 }
 
 // putNodes registers n nodes in the fleet's nodes bucket (every tenth

@@ -942,6 +942,7 @@
     const id = v.node;
     const path = '/node/' + encodeURIComponent(id);
     const opts = { signal: v.abort.signal };
+    const t0 = performance.now();
     try {
       const [node, jobs, enr] = await Promise.all([
         api(path, opts).catch((e) => { if (e.status === 404) return null; throw e; }),
@@ -953,6 +954,8 @@
       if (v.stopped || seq !== v.seq) return;
       if (!v.acted) showMsg('node-msg', node ? '' : 'Node ' + id + ' is not in the registry (removed, revoked, or never seen).');
       renderNode(v, node, jobs, enr);
+      // Its three reads and the render, for the scale test.
+      document.body.dataset.nodeRenderMs = String(Math.round(performance.now() - t0));
     } catch (e) {
       if (e instanceof AuthError || e.name === 'AbortError') return;
       showMsg('node-msg', 'Could not load the node: ' + e.message + ' (retrying)');
