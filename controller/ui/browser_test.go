@@ -234,7 +234,14 @@ func signIn(t *testing.T, tab context.Context, base, token string) {
 // cancels one and sees a node go offline, on one fleet and one browser.
 func TestDashboardInBrowser(t *testing.T) {
 	browser := startBrowser(t)
-	f := fleettest.Start(t, fleet.Options{Agents: 3})
+	// node-1 enables every action of three backends, a dangerous one
+	// (proc.signal) among them, for the launcher to flag; no job here
+	// runs it.
+	f := fleettest.Start(t, fleet.Options{Agents: 3, Agent: func(i int, c *agent.Config) {
+		if i == 0 {
+			c.Allow = []string{"ping", "test", "proc"}
+		}
+	}})
 	g := startGate(t, f)
 	base := g.srv.URL
 
@@ -565,6 +572,13 @@ func TestDashboardInBrowser(t *testing.T) {
 			t.Errorf("an action the nodes do not enable can be chosen")
 		}
 		waitJS(t, tab, 10*time.Second, "the count of all nodes", `document.getElementById('launch-count').textContent === '3 nodes online now'`)
+		// A dangerous action says so, in the list and once chosen.
+		pick(tab, "launch-action", "proc.signal")
+		waitJS(t, tab, 5*time.Second, "the warning", `!document.getElementById('launch-danger').hidden && document.querySelector('#launch-action option[value="proc.signal"]').textContent.includes('dangerous')`)
+		pick(tab, "launch-action", "ping.echo")
+		if !eval[bool](t, tab, `document.getElementById('launch-danger').hidden`) {
+			t.Errorf("ping.echo is flagged dangerous")
+		}
 
 		// The form follows the schema: a required duration is checked
 		// before anything is sent.

@@ -1017,7 +1017,10 @@
       const done = (yes) => { d.close(); cleanup(); resolve(yes); };
       const onOk = () => done(true);
       const onCancel = () => done(false);
-      const onClose = () => { cleanup(); resolve(false); };
+      // Escape closes the dialog: a "no". The close event is queued, so
+      // that of an earlier question can arrive after this one opened:
+      // only a closed dialog counts.
+      const onClose = () => { if (d.open) return; cleanup(); resolve(false); };
       const cleanup = () => {
         $('confirm-ok').removeEventListener('click', onOk);
         $('confirm-cancel').removeEventListener('click', onCancel);
@@ -1025,7 +1028,7 @@
       };
       $('confirm-ok').addEventListener('click', onOk);
       $('confirm-cancel').addEventListener('click', onCancel);
-      d.addEventListener('close', onClose); // Escape
+      d.addEventListener('close', onClose);
       d.showModal();
       $('confirm-cancel').focus();
     });
