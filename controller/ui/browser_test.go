@@ -575,6 +575,9 @@ func TestDashboardInBrowser(t *testing.T) {
 		// A dangerous action says so, in the list and once chosen.
 		pick(tab, "launch-action", "proc.signal")
 		waitJS(t, tab, 5*time.Second, "the warning", `!document.getElementById('launch-danger').hidden && document.querySelector('#launch-action option[value="proc.signal"]').textContent.includes('dangerous')`)
+		// A sensitive param is a password field.
+		pick(tab, "launch-action", "test.secret")
+		waitJS(t, tab, 5*time.Second, "the secret's field", `(document.getElementById('param-value') || {}).type === 'password'`)
 		pick(tab, "launch-action", "ping.echo")
 		if !eval[bool](t, tab, `document.getElementById('launch-danger').hidden`) {
 			t.Errorf("ping.echo is flagged dangerous")
@@ -699,6 +702,9 @@ func TestDashboardInBrowser(t *testing.T) {
 		// Revoke, then think again: nothing happens.
 		do(t, tab, 5*time.Second, "revoke, cancel", chromedp.Click(chromedp.ID("node-revoke")), chromedp.WaitVisible(chromedp.ID("confirm-cancel")), chromedp.Click(chromedp.ID("confirm-cancel")))
 		waitJS(t, tab, 5*time.Second, "the dialog closed", `!document.getElementById('confirm').open`)
+		// Escape is a "no" too.
+		do(t, tab, 5*time.Second, "revoke, Escape", chromedp.Click(chromedp.ID("node-revoke")), chromedp.WaitVisible(chromedp.ID("confirm-cancel")), chromedp.KeyEvent(kb.Escape))
+		waitJS(t, tab, 5*time.Second, "the dialog closed", `!document.getElementById('confirm').open && document.activeElement.id === 'node-revoke'`)
 		enrollment := func() string {
 			list, err := f.Client().ListEnrollments(ctx, "")
 			if err != nil {
