@@ -978,7 +978,7 @@
     $('node-revoke').hidden = !e || e.status === 'revoked';
 
     const rows = document.createDocumentFragment();
-    const off = (b) => (b.off || []).map((o) => o.name || o.action || String(o));
+    const off = (b) => (b.off || []).map((o) => o.name + (o.dangerous ? ' (dangerous)' : ''));
     for (const b of (n && n.schemas) || []) {
       rows.append(el('tr', { 'data-backend': b.name },
         el('th', { scope: 'row', title: b.description || '', text: b.name }),
@@ -1173,9 +1173,9 @@
     const limit = (s) => { s = s.trim(); return s === '' ? undefined : /^\d+$/.test(s) ? Number(s) : s; };
     const spec = { target: scope === 'all' ? { scope } : { scope, value }, strategy: $('launch-strategy').value,
       tasks: [{ backend: f.backend, action: f.a.name, params }] };
-    const mc = limit($('launch-maxc').value), me_ = limit($('launch-maxe').value);
-    if (mc !== undefined) spec.max_concurrency = mc;
-    if (me_ !== undefined) spec.max_errors = me_;
+    const maxConc = limit($('launch-maxc').value), maxErr = limit($('launch-maxe').value);
+    if (maxConc !== undefined) spec.max_concurrency = maxConc;
+    if (maxErr !== undefined) spec.max_errors = maxErr;
     if (check) spec.check_mode = true;
     return spec;
   }
