@@ -27,6 +27,16 @@ func (c *Controller) handleListEnrollments(w http.ResponseWriter, r *http.Reques
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("status %q: want pending, admitted or revoked", status))
 		return
 	}
+	// ?node= answers with one node's record alone (the dashboard's node
+	// page), read by key rather than by listing the whole fleet's.
+	if node := r.URL.Query().Get("node"); node != "" {
+		list := []api.Enrollment{}
+		if e, ok := c.sec.one(node); ok && (status == "" || e.Status == status) {
+			list = append(list, e)
+		}
+		writeJSON(w, http.StatusOK, list)
+		return
+	}
 	writeJSON(w, http.StatusOK, c.sec.list(status))
 }
 

@@ -55,6 +55,9 @@ func (c *Controller) apiRoutes() []route {
 		{"GET /fleet", api.RoleRead, h(c.views.handleFleet)},
 		{"GET /jobs/page", api.RoleRead, h(c.views.handleJobPage)},
 		{"GET /job/{id}/events", api.RoleRead, h(c.views.handleJobEvents)},
+		{"GET /schedules/page", api.RoleRead, h(c.handleSchedulesPage)},
+		{"GET /node/{id}/jobs", api.RoleRead, h(c.handleNodeJobs)},
+		{"GET /whoami", api.RoleMetrics, h(c.handleWhoami)},
 		// Any token may scrape; a metrics-role token may do nothing else.
 		{"GET /metrics", api.RoleMetrics, c.metrics.handler()},
 		{"GET /healthz", public, h(c.handleHealthz)},

@@ -29,6 +29,9 @@ type jobIndex struct {
 	ops    map[string]int
 	// ready is closed once the watch has delivered the bucket's contents.
 	ready chan struct{}
+	// names interns node ids, so the jobs that touched a node share its
+	// id's bytes.
+	names map[string]string
 }
 
 type indexEntry struct {
@@ -42,6 +45,9 @@ type indexEntry struct {
 	ops         []string
 	// rev is the revision of the job the entry was last taken from.
 	rev uint64
+	// The nodes the job touched and its outcome on each, for a node's
+	// recent jobs (jobindex_nodes.go).
+	touched
 }
 
 // indexFields are the fields of a stored job the index keeps.
@@ -63,7 +69,7 @@ type indexTasks struct {
 
 func newJobIndex() *jobIndex {
 	return &jobIndex{entries: map[string]*indexEntry{}, status: map[api.JobStatus]int{}, ops: map[string]int{},
-		ready: make(chan struct{})}
+		ready: make(chan struct{}), names: map[string]string{}}
 }
 
 // watch follows the jobs bucket until ctx ends, from goroutines counted in
@@ -121,8 +127,15 @@ func (x *jobIndex) put(key string, data []byte, written time.Time, rev uint64) {
 	}
 	x.mu.Lock()
 	e := x.entries[key]
+	// The nodes are read while the job has none yet (it has not started)
+	// and once more when it ends, with each node's outcome.
+	readNodes := e == nil || e.needsNodes(f.Status)
 	x.mu.Unlock()
 	var ops []string
+	var nodes *touched
+	if readNodes {
+		nodes = readTouched(data, f.Status)
+	}
 	if e == nil {
 		var t indexTasks
 		_ = json.Unmarshal(data, &t)
@@ -145,6 +158,9 @@ func (x *jobIndex) put(key string, data []byte, written time.Time, rev uint64) {
 		x.status[e.status]--
 	}
 	e.rev = rev
+	if nodes != nil {
+		x.setTouched(e, nodes)
+	}
 	e.status = f.Status
 	e.owner = f.Owner
 	x.status[e.status]++

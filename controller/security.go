@@ -643,6 +643,17 @@ var (
 	errRevokedApprove = errors.New("this node was revoked; its agent must enroll again with a new key (delete its agent.nk) before it can be approved")
 )
 
+// one returns a node's enrollment.
+func (s *security) one(id string) (api.Enrollment, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	e, ok := s.byNode[id]
+	if !ok {
+		return api.Enrollment{}, false
+	}
+	return *e, true
+}
+
 // list returns enrollments with the given status ("" for all), by node id.
 func (s *security) list(status string) []api.Enrollment {
 	s.mu.RLock()

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -165,6 +166,7 @@ type gate struct {
 // controller, made by startGate.
 var (
 	opsToken     string // role operator
+	adminToken   string // role admin
 	readToken    string // role read
 	revokedToken string // made, then revoked (401)
 	noViewToken  string // role metrics: valid, but may not read (403)
@@ -183,6 +185,7 @@ func startGate(t *testing.T, f *fleet.Fleet) *gate {
 	}
 	opsToken, readToken, noViewToken = mk("ops", api.RoleOperator), mk("viewer", api.RoleRead), mk("scraper", api.RoleMetrics)
 	revokedToken = mk("gone", api.RoleOperator)
+	adminToken = mk("root", api.RoleAdmin)
 	if _, err := f.Client().RevokeToken(ctx, "gone"); err != nil {
 		t.Fatalf("revoke token: %v", err)
 	}
@@ -231,7 +234,14 @@ func signIn(t *testing.T, tab context.Context, base, token string) {
 // cancels one and sees a node go offline, on one fleet and one browser.
 func TestDashboardInBrowser(t *testing.T) {
 	browser := startBrowser(t)
-	f := fleettest.Start(t, fleet.Options{Agents: 3})
+	// node-1 enables every action of three backends, a dangerous one
+	// (proc.signal) among them, for the launcher to flag; no job here
+	// runs it.
+	f := fleettest.Start(t, fleet.Options{Agents: 3, Agent: func(i int, c *agent.Config) {
+		if i == 0 {
+			c.Allow = []string{"ping", "test", "proc"}
+		}
+	}})
 	g := startGate(t, f)
 	base := g.srv.URL
 
@@ -340,6 +350,66 @@ func TestDashboardInBrowser(t *testing.T) {
 		waitJS(t, tab, 10*time.Second, "an empty list", `document.querySelector('#jobs-table tbody').textContent.includes('No job matches')`)
 	})
 
+	t.Run("a job's spec, phases and durations", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		// A barrier step, then a pipeline whose second step runs only
+		// on failure (so it is skipped here).
+		j, err := f.Client().SubmitJob(ctx, &api.JobSpec{Target: api.Target{Scope: api.ScopeAll}, Strategy: api.StrategyContinue, Tasks: []api.Phase{
+			{Backend: "ping", Action: "echo", Params: api.Params{"message": "yes: a colon"}},
+			{Condition: api.ConditionOnSuccess, Tasks: []api.Phase{
+				{Backend: "ping", Action: "echo"},
+				{Backend: "ping", Action: "echo", Condition: api.ConditionOnFailure},
+			}},
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tab := newTab(t, browser)
+		do(t, tab, 5*time.Second, "a 1400×900 window", chromedp.EmulateViewport(1400, 900))
+		signIn(t, tab, base, opsToken)
+		waitJS(t, tab, 10*time.Second, "the fleet view", `location.hash === '#/fleet'`)
+		do(t, tab, 10*time.Second, "open the job", chromedp.Evaluate[chromedp.Void](`location.hash = '#/job/`+j.ID+`'`))
+		waitJS(t, tab, 30*time.Second, "the job to end", `document.body.dataset.jobEnded === '`+j.ID+`'`)
+
+		// The header row over the steps says which phase is a barrier and
+		// which a pipeline, with their conditions.
+		phases := eval[[]string](t, tab, `Array.from(document.querySelectorAll('#job-grid th.phase')).map((th) => th.dataset.kind + ' ' + th.dataset.condition + ' ' + th.colSpan + ' ' + th.textContent)`)
+		want := []string{"barrier always 1 Step 1 · barrier · always", "pipeline on_success 2 Steps 2–3 · pipeline · on success"}
+		if !slices.Equal(phases, want) {
+			t.Errorf("phase headers %q, want %q", phases, want)
+		}
+		if c := eval[string](t, tab, `document.querySelector('#job-grid th[data-step="2"]').textContent`); c != "3. ping.echoon failure" {
+			t.Errorf("the on_failure step's header %q", c)
+		}
+
+		// The spec, as YAML.
+		spec := eval[string](t, tab, `document.getElementById('job-spec').textContent`)
+		for _, line := range []string{"target:\n  scope: all", "strategy: continue", "  - backend: ping\n    action: echo\n    params:\n      message: \"yes: a colon\"",
+			"  - tasks:\n      - backend: ping", "        condition: on_failure\n    condition: on_success"} {
+			if !strings.Contains(spec, line) {
+				t.Errorf("spec lacks %q:\n%s", line, spec)
+			}
+		}
+		if strings.Contains(spec, "results") || strings.Contains(spec, "status") {
+			t.Errorf("spec shows the job's state:\n%s", spec)
+		}
+
+		// Opening the spec pushes the grid's cells toward the fold; the
+		// panel of a clicked cell is scrolled into view all the same.
+		do(t, tab, 5*time.Second, "open the spec", chromedp.Click(chromedp.CSS(`#job-spec-box summary`)))
+		do(t, tab, 5*time.Second, "open node-3's first step", chromedp.Click(chromedp.CSS(`#job-grid button[data-node="node-3"][data-step="0"]`)),
+			chromedp.WaitVisible(chromedp.ID("cell")))
+		waitJS(t, tab, 5*time.Second, "the panel's heading and output in the window",
+			`(() => { const a = document.getElementById('cell-h').getBoundingClientRect(), b = document.getElementById('cell-output').getBoundingClientRect(); return a.top >= 0 && b.bottom <= innerHeight; })()`)
+		// Durations read as people write them, not as Go prints them.
+		d := eval[string](t, tab, `document.querySelector('#cell-meta .cell-duration').textContent`)
+		if !regexp.MustCompile(`^\d+(\.\d)? (ms|s)$`).MatchString(d) {
+			t.Errorf("duration shown as %q", d)
+		}
+		snap(t, tab, "job-spec")
+	})
+
 	t.Run("cancel a job", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
@@ -382,8 +452,11 @@ func TestDashboardInBrowser(t *testing.T) {
 			t.Fatalf("job after cancel: %v %v", got.Status, err)
 		}
 		// The step that never ran is not shown as waiting on an ended job.
-		if sum := eval[string](t, tab, `document.getElementById('job-summary').textContent`); strings.Contains(sum, "waiting") || !strings.Contains(sum, "1 did not run") {
-			t.Errorf("summary of the cancelled job %q, want its second step counted as did not run", sum)
+		if sum := eval[string](t, tab, `document.getElementById('job-summary').textContent`); strings.Contains(sum, "waiting") || !strings.Contains(sum, "1 not run") {
+			t.Errorf("summary of the cancelled job %q, want its second step counted as not run", sum)
+		}
+		if c := eval[string](t, tab, `document.querySelector('#job-grid button[data-node="node-1"][data-step="1"]').textContent`); c != "not run" {
+			t.Errorf("the step that never ran reads %q, want not run", c)
 		}
 
 		// The cancelled job's node is retried from the page: the new job
@@ -411,6 +484,11 @@ func TestDashboardInBrowser(t *testing.T) {
 			Job: api.JobSpec{Target: api.Target{Scope: api.ScopeAll}, Tasks: []api.Phase{{Backend: "ping", Action: "echo"}}}}); err != nil {
 			t.Fatal(err)
 		}
+		// One that fires at once, for its last job's status.
+		if _, err := f.Client().CreateSchedule(ctx, &api.ScheduleSpec{Name: "often", Cron: "@every 1s",
+			Job: api.JobSpec{Target: api.Target{Scope: api.ScopeNode, Value: "node-2"}, Tasks: []api.Phase{{Backend: "ping", Action: "echo"}}}}); err != nil {
+			t.Fatal(err)
+		}
 		tab := newTab(t, browser)
 		signIn(t, tab, base, readToken)
 		waitJS(t, tab, 10*time.Second, "the fleet view", `location.hash === '#/fleet'`)
@@ -420,6 +498,34 @@ func TestDashboardInBrowser(t *testing.T) {
 		if got := eval[string](t, tab, row+`.querySelector('td:nth-child(3)').textContent + ' ' + `+row+`.querySelector('td:nth-child(2)').textContent`); got != "Europe/Berlin 0 3 * * *" {
 			t.Errorf("row shows %q", got)
 		}
+		// The next run is in the schedule's zone, named, and in the
+		// browser's, named.
+		sc, err := f.Client().GetSchedule(ctx, "nightly-ping")
+		if err != nil || sc.NextRun == nil {
+			t.Fatalf("schedule: %+v %v", sc, err)
+		}
+		berlin, _ := time.LoadLocation("Europe/Berlin")
+		if got, want := eval[string](t, tab, row+`.querySelector('.next .zoned').textContent`), sc.NextRun.In(berlin).Format("2006-01-02 15:04")+" Europe/Berlin"; got != want || !strings.Contains(got, " 03:00 ") {
+			t.Errorf("next run shown as %q, want %q", got, want)
+		}
+		localTZ := eval[string](t, tab, `Intl.DateTimeFormat().resolvedOptions().timeZone`)
+		local, err := time.LoadLocation(localTZ)
+		if err != nil {
+			t.Fatalf("the browser's zone %q: %v", localTZ, err)
+		}
+		if got, want := eval[string](t, tab, row+`.querySelector('.next .local').textContent`), sc.NextRun.In(local).Format("2006-01-02 15:04")+" your time ("+localTZ+")"; got != want {
+			t.Errorf("next run in the browser's zone shown as %q, want %q", got, want)
+		}
+		if got := eval[string](t, tab, row+`.querySelector('.target').textContent`); got != "all" {
+			t.Errorf("target shown as %q", got)
+		}
+		// The schedule that fired shows its last job, with the job's status.
+		often := `document.querySelector('#schedules-table tr[data-schedule="often"]')`
+		waitJS(t, tab, 15*time.Second, "the last job's status", `!!`+often+` && !!`+often+`.querySelector('.lastjob .st-completed') && `+often+`.querySelector('.target').textContent === 'node:node-2'`)
+		if _, err := f.Client().PauseSchedule(ctx, "often"); err != nil {
+			t.Fatal(err)
+		}
+
 		// A read token may view but not pause.
 		do(t, tab, 5*time.Second, "pause as a reader", chromedp.Click(chromedp.CSS(`#schedules-table button[data-id="nightly-ping"]`)))
 		waitJS(t, tab, 10*time.Second, "the refusal", `document.getElementById('schedules-msg').textContent.includes('Not allowed to pause') && document.getElementById('schedules-msg').textContent.includes('needs role operator')`)
@@ -464,6 +570,84 @@ func TestDashboardInBrowser(t *testing.T) {
 		snap(t, tab, "audit")
 	})
 
+	t.Run("launch a job from the form", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		pick := func(tab context.Context, id, value string) {
+			do(t, tab, 5*time.Second, "choose "+value+" in "+id, chromedp.Evaluate[chromedp.Void](
+				`{ const s = document.getElementById('`+id+`'); s.value = '`+value+`'; s.dispatchEvent(new Event('change', { bubbles: true })); }`))
+		}
+		// A reader is not offered the launcher, and is told why on its page.
+		tab := newTab(t, browser)
+		signIn(t, tab, base, readToken)
+		waitJS(t, tab, 10*time.Second, "the fleet view", `location.hash === '#/fleet'`)
+		do(t, tab, 5*time.Second, "open the launcher", chromedp.Evaluate[chromedp.Void](`location.hash = '#/launch'`))
+		waitJS(t, tab, 10*time.Second, "the refusal", `document.getElementById('launch-msg').textContent.includes('may not submit jobs') && document.getElementById('launch-form').hidden`)
+		if !eval[bool](t, tab, `document.getElementById('nav-launch').hidden`) {
+			t.Errorf("a reader sees the launcher in the menu")
+		}
+
+		tab = newTab(t, browser)
+		signIn(t, tab, base, opsToken)
+		waitJS(t, tab, 10*time.Second, "the launcher in the menu", `location.hash === '#/fleet' && !document.getElementById('nav-launch').hidden`)
+		do(t, tab, 5*time.Second, "open the launcher", chromedp.Click(chromedp.ID("nav-launch")))
+		waitJS(t, tab, 10*time.Second, "the catalog", `!!document.querySelector('#launch-action option[value="ping.sleep"]')`)
+		if !eval[bool](t, tab, `document.querySelector('#launch-action option[value="apt.remove"]').disabled`) {
+			t.Errorf("an action the nodes do not enable can be chosen")
+		}
+		waitJS(t, tab, 10*time.Second, "the count of all nodes", `document.getElementById('launch-count').textContent === '3 nodes online now'`)
+		// A dangerous action says so, in the list and once chosen.
+		pick(tab, "launch-action", "proc.signal")
+		waitJS(t, tab, 5*time.Second, "the warning", `!document.getElementById('launch-danger').hidden && document.querySelector('#launch-action option[value="proc.signal"]').textContent.includes('dangerous')`)
+		// A sensitive param is a password field.
+		pick(tab, "launch-action", "test.secret")
+		waitJS(t, tab, 5*time.Second, "the secret's field", `(document.getElementById('param-value') || {}).type === 'password'`)
+		pick(tab, "launch-action", "ping.echo")
+		if !eval[bool](t, tab, `document.getElementById('launch-danger').hidden`) {
+			t.Errorf("ping.echo is flagged dangerous")
+		}
+
+		// The form follows the schema: a required duration is checked
+		// before anything is sent.
+		pick(tab, "launch-action", "ping.sleep")
+		waitJS(t, tab, 5*time.Second, "the duration field", `!!document.getElementById('param-duration') && document.querySelector('label[for="param-duration"]').textContent.includes('required')`)
+		do(t, tab, 5*time.Second, "preview without a duration", chromedp.Click(chromedp.ID("launch-preview")))
+		waitJS(t, tab, 5*time.Second, "the missing duration", `document.getElementById('param-duration-err').textContent === 'duration required' && document.activeElement.id === 'param-duration'`)
+		do(t, tab, 5*time.Second, "a bad duration", chromedp.SendKeys(chromedp.ID("param-duration"), "soon"), chromedp.Click(chromedp.ID("launch-preview")))
+		waitJS(t, tab, 5*time.Second, "the bad duration", `document.getElementById('param-duration-err').textContent.includes('must be a duration')`)
+
+		// ping.echo on node-2: the count, a preview in check mode, then Run.
+		pick(tab, "launch-action", "ping.echo")
+		waitJS(t, tab, 5*time.Second, "the message field with its default", `(document.getElementById('param-message') || {}).placeholder === 'pong'`)
+		pick(tab, "launch-scope", "node")
+		do(t, tab, 5*time.Second, "fill the form", chromedp.SendKeys(chromedp.ID("param-message"), "launched from the form"),
+			chromedp.SendKeys(chromedp.ID("launch-value"), "node-2"))
+		waitJS(t, tab, 10*time.Second, "the count of node-2", `document.getElementById('launch-count').textContent === '1 node (online)'`)
+		if !eval[bool](t, tab, `document.getElementById('launch-run').disabled`) {
+			t.Errorf("Run is offered before a preview")
+		}
+		do(t, tab, 5*time.Second, "preview", chromedp.Click(chromedp.ID("launch-preview")))
+		waitJS(t, tab, 20*time.Second, "the preview's outcome", `document.getElementById('launch-preview-result').textContent.includes('Check mode completed on 1 node') && !document.getElementById('launch-run').disabled`)
+		previewID := strings.TrimPrefix(eval[string](t, tab, `decodeURIComponent(document.getElementById('launch-preview-job').getAttribute('href'))`), "#/job/")
+		if pj, err := f.Client().GetJob(ctx, previewID); err != nil || !pj.CheckMode {
+			t.Fatalf("preview job %s: check mode %v, %v", previewID, pj != nil && pj.CheckMode, err)
+		}
+		snap(t, tab, "launch")
+		do(t, tab, 5*time.Second, "run", chromedp.Click(chromedp.ID("launch-run")))
+		waitJS(t, tab, 20*time.Second, "the new job's live page, completed", `location.hash.startsWith('#/job/') && location.hash !== '#/job/`+previewID+`' && document.body.dataset.jobStatus === 'completed'`)
+		id := strings.TrimPrefix(eval[string](t, tab, `decodeURIComponent(location.hash)`), "#/job/")
+		j, err := f.Client().GetJob(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if j.CheckMode || j.Target.String() != "node:node-2" || j.SubmittedBy != "ops" || len(j.Tasks) != 1 || j.Tasks[0].Params["message"] != "launched from the form" {
+			t.Errorf("launched job: check mode %v, target %s, by %s, tasks %+v", j.CheckMode, j.Target, j.SubmittedBy, j.Tasks)
+		}
+		if out := j.Results.Node(0, "node-2"); out == nil || out.Output != "launched from the form" {
+			t.Errorf("node-2's result: %+v", out)
+		}
+	})
+
 	t.Run("see a node go offline", func(t *testing.T) {
 		tab := newTab(t, browser)
 		signIn(t, tab, base, opsToken)
@@ -485,6 +669,93 @@ func TestDashboardInBrowser(t *testing.T) {
 			`const s = document.getElementById('fleet-status'); s.value = 'offline'; s.dispatchEvent(new Event('change'))`))
 		waitJS(t, tab, 10*time.Second, "only node-3", `document.querySelectorAll('#fleet-table tr[data-node]').length === 1 && !!document.querySelector('#fleet-table tr[data-node="node-3"]')`)
 		snap(t, tab, "fleet")
+	})
+
+	t.Run("a node's page; an admin revokes a node", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		j, err := f.Client().SubmitJob(ctx, &api.JobSpec{Target: api.Target{Scope: api.ScopeNode, Value: "node-1"},
+			Tasks: []api.Phase{{Backend: "ping", Action: "echo", Params: api.Params{"message": "on node-1"}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tab := newTab(t, browser)
+		signIn(t, tab, base, readToken)
+		waitJS(t, tab, 10*time.Second, "the fleet view", `location.hash === '#/fleet'`)
+		// Node ids in the fleet view lead to the node's page.
+		do(t, tab, 10*time.Second, "follow node-1's link", chromedp.Click(chromedp.CSS(`#fleet-table tr[data-node="node-1"] a.nodelink`)))
+		waitJS(t, tab, 10*time.Second, "node-1's page with the job, node-1 succeeded in it",
+			`location.hash === '#/node/node-1' && (document.querySelector('#node-jobs tr[data-job="`+j.ID+`"] .outcome') || {}).textContent === 'success'`)
+		if got := eval[string](t, tab, `document.getElementById('node-status').textContent`); got != "online" {
+			t.Errorf("status %q", got)
+		}
+		meta := eval[string](t, tab, `document.getElementById('node-meta').textContent`)
+		for _, want := range []string{"Groupsweb.prod", "Hostname", "Last seen"} {
+			if !strings.Contains(meta, want) {
+				t.Errorf("node facts lack %q: %s", want, meta)
+			}
+		}
+		if !eval[bool](t, tab, `!!document.querySelector('#node-backends tr[data-backend="ping"] li[data-action="echo"]')`) {
+			t.Errorf("the ping backend's echo action is not listed")
+		}
+		// A reader sees no enrollment and no admin action.
+		if got := eval[string](t, tab, `document.getElementById('node-enrollment').textContent`); !strings.Contains(got, "admin role needed") {
+			t.Errorf("enrollment for a reader: %q", got)
+		}
+		if !eval[bool](t, tab, `document.getElementById('node-admin').hidden`) {
+			t.Errorf("a reader is offered admin actions")
+		}
+		if h := eval[string](t, tab, `location.hash`); h != "#/node/node-1" {
+			t.Errorf("the enrollment's 403 left the page for %s", h)
+		}
+		snap(t, tab, "node")
+
+		// An admin: the enrollment, and the actions.
+		do(t, tab, 5*time.Second, "sign out", chromedp.Click(chromedp.ID("signout")))
+		signIn(t, tab, base, adminToken)
+		waitJS(t, tab, 10*time.Second, "node-1 admitted", `location.hash === '#/node/node-1' && (document.querySelector('#node-enrollment .st') || {}).textContent === 'admitted' && !document.getElementById('node-admin').hidden`)
+		if !eval[bool](t, tab, `document.getElementById('node-approve').hidden`) {
+			t.Errorf("an admitted node offers approve")
+		}
+		// Remove asks first; the server refuses an online node, and the
+		// page says why.
+		do(t, tab, 5*time.Second, "remove", chromedp.Click(chromedp.ID("node-remove")))
+		waitJS(t, tab, 5*time.Second, "the confirmation", `document.getElementById('confirm').open && document.activeElement.id === 'confirm-cancel'`)
+		do(t, tab, 5*time.Second, "confirm", chromedp.Click(chromedp.ID("confirm-ok")))
+		waitJS(t, tab, 10*time.Second, "the refusal", `document.getElementById('node-msg').textContent.includes('Could not remove node-1') && document.getElementById('node-msg').textContent.includes('is online')`)
+		// Revoke, then think again: nothing happens.
+		do(t, tab, 5*time.Second, "revoke, cancel", chromedp.Click(chromedp.ID("node-revoke")), chromedp.WaitVisible(chromedp.ID("confirm-cancel")), chromedp.Click(chromedp.ID("confirm-cancel")))
+		waitJS(t, tab, 5*time.Second, "the dialog closed", `!document.getElementById('confirm').open`)
+		// Escape is a "no" too.
+		do(t, tab, 5*time.Second, "revoke, Escape", chromedp.Click(chromedp.ID("node-revoke")), chromedp.WaitVisible(chromedp.ID("confirm-cancel")), chromedp.KeyEvent(kb.Escape))
+		waitJS(t, tab, 5*time.Second, "the dialog closed", `!document.getElementById('confirm').open && document.activeElement.id === 'node-revoke'`)
+		enrollment := func() string {
+			list, err := f.Client().ListEnrollments(ctx, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range list {
+				if e.NodeID == "node-1" {
+					return e.Status
+				}
+			}
+			return "none"
+		}
+		if st := enrollment(); st != api.EnrollAdmitted {
+			t.Fatalf("a cancelled revoke left node-1 %s", st)
+		}
+		// Revoke: Enter on the button opens the dialog, focus on Cancel.
+		do(t, tab, 5*time.Second, "revoke", chromedp.Focus(chromedp.ID("node-revoke")), chromedp.KeyEvent(kb.Enter))
+		waitJS(t, tab, 5*time.Second, "the confirmation", `document.getElementById('confirm').open && document.activeElement.id === 'confirm-cancel'`)
+		do(t, tab, 5*time.Second, "confirm", chromedp.Click(chromedp.ID("confirm-ok")))
+		waitJS(t, tab, 15*time.Second, "node-1 revoked", `document.getElementById('node-msg').textContent.includes('node-1 revoked') && (document.querySelector('#node-enrollment .st') || {}).textContent === 'revoked'`)
+		if st := enrollment(); st != api.EnrollRevoked {
+			t.Errorf("node-1 is %s after revoke", st)
+		}
+		snap(t, tab, "node-revoked")
+		// The job grid links node ids to their pages too.
+		do(t, tab, 10*time.Second, "open the job", chromedp.Evaluate[chromedp.Void](`location.hash = '#/job/`+j.ID+`'`))
+		waitJS(t, tab, 10*time.Second, "node-1 linked in the grid", `(document.querySelector('#job-grid tr[data-node="node-1"] a.nodelink') || {}).getAttribute && document.querySelector('#job-grid tr[data-node="node-1"] a.nodelink').getAttribute('href') === '#/node/node-1'`)
 	})
 }
 
@@ -535,6 +806,21 @@ func TestFleetView10kNodes(t *testing.T) {
 	snap(t, tab, "fleet-10k")
 	t.Logf("fleet view, %d nodes: page load to first page painted %.0f ms (GET /fleet + render %.0f ms, GET /fleet %.0f ms of it); search to result painted %.0f ms (GET /fleet %.0f ms of it)",
 		total, load, fetchRender, firstFetch, search, server)
+
+	// A node's page among them, as an admin (its enrollment is read too):
+	// from the fleet's link to the page painted.
+	tab = newTab(t, browser)
+	signIn(t, tab, g.srv.URL, adminToken)
+	waitJS(t, tab, 30*time.Second, "the fleet's first page", `!!document.querySelector('#fleet-table a.nodelink')`)
+	do(t, tab, 10*time.Second, "open a node's page", chromedp.Click(chromedp.CSS(`#fleet-table tr[data-node="node-00005"] a.nodelink`)))
+	waitJS(t, tab, 15*time.Second, "the node's page", `document.body.dataset.nodeRenders === '1' && document.getElementById('node-h').textContent === 'Node node-00005'`)
+	nodeMs := eval[float64](t, tab, `Number(document.body.dataset.nodeRenderMs)`)
+	reads := eval[[]float64](t, tab, `['/node/node-00005?', '/node/node-00005/jobs', '/enrollments?'].map((p) => (performance.getEntriesByType('resource').find((e) => (e.name + '?').includes(p)) || { duration: -1 }).duration)`)
+	if got := eval[string](t, tab, `document.getElementById('node-meta').textContent`); !strings.Contains(got, "dc1.rack05") {
+		t.Errorf("node-00005's page: %s", got)
+	}
+	t.Logf("node page, %d nodes: reads and render %.0f ms (GET /node/{id} %.0f ms, GET /node/{id}/jobs %.0f ms, GET /enrollments?node= %.0f ms)",
+		total, nodeMs, reads[0], reads[1], reads[2])
 }
 
 // putNodes registers n nodes in the fleet's nodes bucket (every tenth

@@ -60,9 +60,10 @@
       cache: 'no-store',
     });
     const change = (opts.method || 'GET') !== 'GET';
-    // opts.mayRefuse: a read only some roles may make (the audit), whose
-    // 403 the view shows instead of signing out.
-    if (res.status === 401 || (res.status === 403 && !change && !opts.mayRefuse)) {
+    // opts.soft: a read the page can do without or whose refusal it shows
+    // (an admin-only part of a view, the audit); its 403 is the caller's,
+    // not a sign-out.
+    if (res.status === 401 || (res.status === 403 && !change && !opts.soft)) {
       const msg = await errorText(res);
       signOut((res.status === 401 ? 'Sign-in needed: ' : 'Not allowed: ') + msg);
       throw new AuthError(msg);
@@ -73,6 +74,8 @@
 
   function signOut(msg) {
     sessionStorage.removeItem(TOKEN_KEY);
+    me = null;
+    $('nav-launch').hidden = true;
     const h = location.hash;
     if (h && !h.startsWith('#/signin')) sessionStorage.setItem(NEXT_KEY, h);
     signinMessage = msg || '';
@@ -91,18 +94,41 @@
     if (s < 86400) return Math.floor(s / 3600) + ' h ago';
     return Math.floor(s / 86400) + ' d ago';
   }
+  // human writes a span of milliseconds for people: "0.1 ms", "840 ms",
+  // "2.3 s", "1 m 12 s", "3 h 5 m".
+  function human(ms) {
+    if (!(ms >= 0)) return '';
+    if (ms < 10) return (Math.round(ms * 10) / 10) + ' ms';
+    if (ms < 1000) return Math.round(ms) + ' ms';
+    if (ms < 60000) return (Math.round(ms / 100) / 10) + ' s';
+    const s = Math.round(ms / 1000);
+    if (s < 3600) return Math.floor(s / 60) + ' m' + (s % 60 ? ' ' + (s % 60) + ' s' : '');
+    const m = Math.round(s / 60);
+    if (m < 1440) return Math.floor(m / 60) + ' h' + (m % 60 ? ' ' + (m % 60) + ' m' : '');
+    return Math.floor(m / 1440) + ' d' + (Math.floor(m / 60) % 24 ? ' ' + (Math.floor(m / 60) % 24) + ' h' : '');
+  }
+  // goMs reads a Go duration ("110.685µs", "1m12.5s") as milliseconds, or
+  // NaN when it is not one.
+  const GO_UNIT = { ns: 1e-6, us: 1e-3, 'µs': 1e-3, 'μs': 1e-3, ms: 1, s: 1000, m: 60000, h: 3600000 };
+  function goMs(d) {
+    if (typeof d === 'number') return d / 1e6;
+    const t = String(d || '').trim();
+    if (t === '0' || t === '0s') return 0;
+    if (!/^(\d+(\.\d+)?(ns|us|µs|μs|ms|s|m|h))+$/.test(t)) return NaN;
+    let ms = 0;
+    for (const m of t.matchAll(/(\d+(?:\.\d+)?)(ns|us|µs|μs|ms|s|m|h)/g)) ms += Number(m[1]) * GO_UNIT[m[2]];
+    return ms;
+  }
+  const goDuration = (d) => { const ms = goMs(d); return isNaN(ms) ? String(d || '') : human(ms); };
   function took(a, b) {
     if (!a) return '';
-    const ms = (b ? Date.parse(b) : Date.now()) - Date.parse(a);
-    if (!(ms >= 0)) return '';
-    if (ms < 1000) return ms + ' ms';
-    if (ms < 60000) return (ms / 1000).toFixed(1) + ' s';
-    return Math.floor(ms / 60000) + ' min ' + Math.round((ms % 60000) / 1000) + ' s';
+    return human((b ? Date.parse(b) : Date.now()) - Date.parse(a));
   }
   const stamp = (iso) => iso ? new Date(iso).toLocaleString() : '';
   const label = (s) => String(s || 'none').replace(/_/g, ' ');
   const badge = (s) => el('span', { class: 'st st-' + (s || 'none'), text: label(s) });
   const target = (t) => t ? (t.value ? t.scope + ':' + t.value : t.scope) : '';
+  const nodeLink = (id) => el('a', { href: '#/node/' + encodeURIComponent(id), class: 'nodelink', text: id });
   const num = (n) => Number(n || 0).toLocaleString('en-US');
   function showMsg(id, msg, info) {
     const p = $(id);
@@ -135,7 +161,7 @@
   function show(name, heading) {
     for (const s of document.querySelectorAll('.view')) s.hidden = s.id !== 'view-' + name;
     for (const a of document.querySelectorAll('.top nav a')) {
-      const on = (name === 'job' ? 'jobs' : name) === a.id.slice(4);
+      const on = ({ job: 'jobs', node: 'fleet' }[name] || name) === a.id.slice(4);
       if (on) a.setAttribute('aria-current', 'page'); else a.removeAttribute('aria-current');
     }
     $('signout').hidden = name === 'signin';
@@ -155,13 +181,34 @@
       return;
     }
     view = { stopped: false, abort: new AbortController(), timer: 0 };
+    if (!h.startsWith('#/signin')) loadMe();
     let m;
     if (h.startsWith('#/signin')) signinView();
     else if ((m = /^#\/job\/([^/?#]+)/.exec(h))) jobView(decodeURIComponent(m[1]), view);
+    else if ((m = /^#\/node\/([^/?#]+)/.exec(h))) nodeView(decodeURIComponent(m[1]), view);
+    else if (h.startsWith('#/launch')) launchView(view);
     else if (h.startsWith('#/jobs')) jobsView(view);
     else if (h.startsWith('#/schedules')) schedulesView(view);
     else if (h.startsWith('#/audit')) auditView(view);
     else fleetView(view);
+  }
+
+  // me is who the token is (GET /whoami): the launcher is offered only to
+  // a role that may submit (the controller checks every request anyway).
+  let me = null;
+  let meFor = '';
+  async function loadMe() {
+    const t = token();
+    if (me && meFor === t) return me;
+    try {
+      const m = await api('/whoami');
+      if (token() !== t) return null;
+      me = m; meFor = t;
+      $('nav-launch').hidden = !m.submit;
+      return m;
+    } catch (_) {
+      return null;
+    }
   }
 
   // ---- sign in -----------------------------------------------------------
@@ -270,7 +317,7 @@
     const rows = document.createDocumentFragment();
     for (const n of p.nodes) {
       rows.append(el('tr', { 'data-node': n.id },
-        el('th', { scope: 'row', class: 'mono', text: n.id }),
+        el('th', { scope: 'row', class: 'mono' }, nodeLink(n.id)),
         el('td', { class: 'status' }, badge(n.status)),
         el('td', { text: (n.groups || []).join(', ') }),
         el('td', { text: (n.backends || []).join(', ') }),
@@ -371,15 +418,24 @@
   const byName = new Intl.Collator('en', { numeric: true }).compare;
 
   function flatten(phases) {
-    const out = [];
-    const walk = (ps) => {
-      for (const p of ps || []) {
-        if (p.tasks && p.tasks.length) walk(p.tasks);
-        else out.push(p.backend + '.' + p.action);
+    return phaseGroups(phases).flatMap((g) => g.leaves.map((l) => l.name));
+  }
+
+  // phaseGroups reads a job's top-level phases as the grid's column groups:
+  // a leaf is a barrier step (every node finishes it before the next
+  // starts); a nested tasks list is a pipeline (each node runs its steps
+  // on its own). Each carries its condition (empty means always).
+  function phaseGroups(phases) {
+    return (phases || []).map((p) => {
+      const cond = p.condition || 'always';
+      if (p.tasks && p.tasks.length) {
+        const leaves = [];
+        const walk = (ps) => { for (const q of ps) { if (q.tasks && q.tasks.length) walk(q.tasks); else leaves.push({ name: q.backend + '.' + q.action, cond: q.condition || 'always' }); } };
+        walk(p.tasks);
+        return { kind: 'pipeline', cond, leaves };
       }
-    };
-    walk(phases);
-    return out;
+      return { kind: 'barrier', cond, leaves: [{ name: p.backend + '.' + p.action, cond }] };
+    });
   }
 
   function jobView(id, v) {
@@ -391,6 +447,7 @@
     $('job-grid').tHead.replaceChildren();
     $('job-grid').tBodies[0].replaceChildren();
     $('cell').hidden = true;
+    $('job-spec').textContent = '';
     $('job-status').replaceChildren(badge('pending'));
     cancelArmed(false);
     $('job-cancel').hidden = true;
@@ -458,8 +515,10 @@
       if (data.job) {
         const results = s.job.results;
         const grew = (data.job.expected || []).length !== (s.job.expected || []).length;
+        // Once the job ends, cells without a result read "not run".
+        const ended = !TERMINAL.includes(s.job.status) && TERMINAL.includes(data.job.status);
         s.job = Object.assign(data.job, { results });
-        if (grew) { layoutGrid(s); }
+        if (grew || ended) { s.relayout = true; }
       }
       for (const [step, nodes] of Object.entries(data.results || {})) {
         const row = s.job.results[step] || (s.job.results[step] = {});
@@ -486,20 +545,39 @@
   function layoutGrid(s) {
     const j = s.job;
     s.steps = flatten(j.tasks);
+    $('job-spec').textContent = yaml(specOf(j));
     const names = new Set(s.nodeSet || []);
     for (const n of j.expected || []) names.add(n);
     for (const nodes of Object.values(j.results || {})) for (const n of Object.keys(nodes)) names.add(n);
     s.nodes = Array.from(names).sort(byName);
     s.nodeSet = names;
-    const head = el('tr', null, el('th', { scope: 'col', text: 'Node' }),
-      ...s.steps.map((name, i) => el('th', { scope: 'col', text: (i + 1) + '. ' + name })));
-    $('job-grid').tHead.replaceChildren(head);
+    // Two header rows: the top-level phases (barrier or pipeline, and
+    // their condition) over the steps they hold.
+    const groups = phaseGroups(j.tasks);
+    const top = el('tr', null, el('td', { class: 'corner' }));
+    const cols = el('tr', null, el('th', { scope: 'col', text: 'Node' }));
+    let i = 0;
+    groups.forEach((g, gi) => {
+      const first = i + 1;
+      const last = i + g.leaves.length;
+      top.append(el('th', { scope: 'colgroup', colspan: String(g.leaves.length), class: 'phase phase-' + g.kind,
+        'data-phase': String(gi), 'data-kind': g.kind, 'data-condition': g.cond,
+        text: (first === last ? 'Step ' + first : 'Steps ' + first + '–' + last) + ' · ' + g.kind + ' · ' + label(g.cond) }));
+      for (const l of g.leaves) {
+        i++;
+        const th = el('th', { scope: 'col', 'data-step': String(i - 1), 'data-condition': l.cond }, i + '. ' + l.name);
+        if (g.kind === 'pipeline' && l.cond !== 'always') th.append(el('span', { class: 'cond', text: label(l.cond) }));
+        cols.append(th);
+      }
+    });
+    $('job-grid').tHead.replaceChildren(top, cols);
     renderRows(s);
   }
 
-  function cellText(r) {
-    if (!r) return '—';
-    let t = label(r.status);
+  function cellText(r, j) {
+    const st = statusOf(r, j);
+    if (!r) return st === 'not_run' ? 'not run' : '—';
+    let t = label(st);
     if (r.status === 'running' && r.progress != null) t += ' ' + r.progress + '%';
     if (r.attempts > 1) t += ' ×' + r.attempts;
     if (r.changed) t += ' (changed)';
@@ -529,12 +607,12 @@
     const res = s.job.results || {};
     const frag = document.createDocumentFragment();
     for (const n of slice) {
-      const tr = el('tr', { 'data-node': n }, el('th', { scope: 'row', class: 'mono', text: n }));
+      const tr = el('tr', { 'data-node': n }, el('th', { scope: 'row', class: 'mono' }, nodeLink(n)));
       s.steps.forEach((name, i) => {
         const r = (res[i] || {})[n];
-        const b = el('button', { type: 'button', class: 'cellbtn st st-' + (r ? r.status : 'none'), 'data-step': String(i), 'data-node': n,
-          'aria-label': n + ', step ' + (i + 1) + ' ' + name + ': ' + cellText(r),
-          'aria-pressed': s.selected && s.selected.node === n && s.selected.step === i ? 'true' : 'false', text: cellText(r) });
+        const b = el('button', { type: 'button', class: 'cellbtn st st-' + (r ? statusOf(r, s.job) : noResult(s.job) === 'not_run' ? 'not_run' : 'none'), 'data-step': String(i), 'data-node': n,
+          'aria-label': n + ', step ' + (i + 1) + ' ' + name + ': ' + cellText(r, s.job),
+          'aria-pressed': s.selected && s.selected.node === n && s.selected.step === i ? 'true' : 'false', text: cellText(r, s.job) });
         s.cells.set(i + '|' + n, b);
         tr.append(el('td', null, b));
       });
@@ -568,9 +646,9 @@
       if (!b) continue;
       const [step, node] = [Number(key.slice(0, key.indexOf('|'))), key.slice(key.indexOf('|') + 1)];
       const r = (res[step] || {})[node];
-      b.className = 'cellbtn st st-' + (r ? r.status : 'none');
-      b.textContent = cellText(r);
-      b.setAttribute('aria-label', node + ', step ' + (step + 1) + ' ' + s.steps[step] + ': ' + cellText(r));
+      b.className = 'cellbtn st st-' + (r ? statusOf(r, s.job) : noResult(s.job) === 'not_run' ? 'not_run' : 'none');
+      b.textContent = cellText(r, s.job);
+      b.setAttribute('aria-label', node + ', step ' + (step + 1) + ' ' + s.steps[step] + ': ' + cellText(r, s.job));
     }
     if (s.selected && s.dirty.has(s.selected.step + '|' + s.selected.node)) renderCell(s);
     s.dirty.clear();
@@ -578,10 +656,58 @@
     busy(t0);
   }
 
-  // What a cell without a result is: waiting while the job runs, and never
+  const TERMINAL = ['completed', 'failed', 'cancelled', 'partial_failure'];
+  // What a cell without a result is: waiting while the job runs, and not
   // run once it has ended.
   function noResult(j) {
-    return ['completed', 'failed', 'cancelled', 'partial_failure'].includes(j.status) ? 'did_not_run' : 'waiting';
+    return TERMINAL.includes(j.status) ? 'not_run' : 'waiting';
+  }
+  // statusOf is a cell's status as shown: a step still pending or waiting
+  // on a node when the job ended never ran there.
+  function statusOf(r, j) {
+    if (!r) return noResult(j);
+    if (TERMINAL.includes(j.status) && ['pending', 'waiting'].includes(r.status)) return 'not_run';
+    return r.status;
+  }
+
+  // specOf is what was submitted, out of the job record: the fields of
+  // api.JobSpec, in its order (the status and results are left out).
+  const SPEC_FIELDS = ['target', 'nodes', 'strategy', 'timeout', 'check_mode', 'max_concurrency', 'max_errors', 'priority', 'not_before', 'tasks'];
+  function specOf(j) {
+    const out = {};
+    for (const k of SPEC_FIELDS) if (j[k] !== undefined && j[k] !== null && j[k] !== '' && !(Array.isArray(j[k]) && !j[k].length)) out[k] = j[k];
+    return out;
+  }
+
+  // yaml writes a JSON value as YAML (block style), quoting strings that
+  // YAML would read as something else.
+  function yamlScalar(v) {
+    if (v === null || v === undefined) return 'null';
+    if (typeof v !== 'string') return String(v);
+    if (v === '' || /^[\s]|[\s]$|^[-?:,[\]{}#&*!|>'"%@`]|: | #|^(true|false|yes|no|on|off|null|~)$|^[-+.\d]/i.test(v) || /[\n\t]/.test(v)) return JSON.stringify(v);
+    return v;
+  }
+  function yaml(v, ind = '') {
+    const lines = [];
+    const isObj = (x) => x && typeof x === 'object';
+    const empty = (x) => (Array.isArray(x) ? !x.length : !Object.keys(x).length);
+    const item = (prefix, x, childInd) => {
+      if (isObj(x) && !empty(x)) {
+        lines.push(prefix, yaml(x, childInd));
+      } else lines.push(prefix + ' ' + (isObj(x) ? (Array.isArray(x) ? '[]' : '{}') : yamlScalar(x)));
+    };
+    if (Array.isArray(v)) {
+      for (const x of v) {
+        if (isObj(x) && !Array.isArray(x) && !empty(x)) {
+          // "- key: value", the rest of the map indented under it.
+          const sub = yaml(x, ind + '  ').split('\n');
+          lines.push(ind + '- ' + sub[0].slice(ind.length + 2), ...sub.slice(1));
+        } else item(ind + '-', x, ind + '  ');
+      }
+    } else {
+      for (const [k, x] of Object.entries(v)) item(ind + yamlScalar(k) + ':', x, ind + '  ');
+    }
+    return lines.join('\n');
   }
 
   function paintHead(s) {
@@ -609,7 +735,7 @@
       const row = j.results[i] || {};
       for (const n of s.nodes) {
         const r = row[n];
-        const st = r ? r.status : noResult(j);
+        const st = statusOf(r, j);
         counts[st] = (counts[st] || 0) + 1;
         cells++;
       }
@@ -623,8 +749,8 @@
     const r = (s.job.results[step] || {})[node];
     $('cell').hidden = false;
     $('cell-h').textContent = node + ' · step ' + (step + 1) + ' ' + s.steps[step];
-    const meta = [['Status', label(r ? r.status : noResult(s.job))], ['Changed', r && r.changed ? 'yes' : 'no'],
-      ['Attempts', r && r.attempts ? String(r.attempts) : '—'], ['Duration', (r && r.duration) || '—']];
+    const meta = [['Status', label(statusOf(r, s.job))], ['Changed', r && r.changed ? 'yes' : 'no'],
+      ['Attempts', r && r.attempts ? String(r.attempts) : '—'], ['Duration', (r && r.duration) ? goDuration(r.duration) : '—']];
     if (r && r.progress != null) meta.push(['Progress', r.progress + '%']);
     $('cell-meta').replaceChildren(...meta.flatMap(([k, v]) => [el('dt', { text: k }), el('dd', { class: 'cell-' + k.toLowerCase(), text: v })]));
     $('cell-output').textContent = (r && r.output) || '(none)';
@@ -642,6 +768,9 @@
     b.setAttribute('aria-pressed', 'true');
     jv.selected = { step: Number(b.dataset.step), node: b.dataset.node };
     renderCell(jv);
+    // The panel sits under the grid: bring it into view (at 1400×900 it
+    // would open below the fold), keeping focus on the cell.
+    $('cell').scrollIntoView({ block: 'nearest' });
   });
   const regrid = () => { if (jv && jv.job) { jv.page = 0; renderRows(jv); } };
   let gridTyping = 0;
@@ -710,14 +839,43 @@
     clearTimeout(v.timer);
     const seq = (v.seq = (v.seq || 0) + 1);
     try {
-      const list = await api('/schedules', { signal: v.abort.signal });
+      const list = await api('/schedules/page', { signal: v.abort.signal });
       if (v.stopped || seq !== v.seq) return;
-      renderSchedules(list || []);
+      // Rows are rebuilt only when something changed (or a minute passed,
+      // for the "ago" column), so a button is not swapped under the
+      // pointer.
+      const key = JSON.stringify(list) + Math.floor(Date.now() / 60000);
+      if (key !== v.shown) { v.shown = key; renderSchedules(list || []); }
     } catch (e) {
       if (e instanceof AuthError || e.name === 'AbortError') return;
       showMsg('schedules-msg', 'Could not load schedules: ' + e.message + ' (retrying)');
     }
     if (!v.stopped && seq === v.seq) v.timer = setTimeout(() => loadSchedules(v), REFRESH_MS);
+  }
+
+  // LOCAL_TZ is the browser's time zone, named beside the times shown in it.
+  const LOCAL_TZ = Intl.DateTimeFormat().resolvedOptions().timeZone || 'local';
+
+  // zoned writes an instant as "2026-11-25 03:00" in a time zone.
+  function zoned(iso, tz) {
+    try {
+      const parts = Object.fromEntries(new Intl.DateTimeFormat('en-US', { timeZone: tz, year: 'numeric', month: '2-digit', day: '2-digit',
+        hour: '2-digit', minute: '2-digit', hourCycle: 'h23' }).formatToParts(new Date(iso)).map((p) => [p.type, p.value]));
+      return parts.year + '-' + parts.month + '-' + parts.day + ' ' + parts.hour + ':' + parts.minute;
+    } catch (_) {
+      return stamp(iso);
+    }
+  }
+
+  // nextRun shows a schedule's next tick in its own zone, named, and in
+  // the browser's, named, so "03:00 Europe/Berlin" is not read as 02:00.
+  function nextRun(s) {
+    if (!s.next_run) return '—';
+    const tz = s.time_zone || 'UTC';
+    const td = el('td', { class: 'next', title: s.next_run },
+      el('span', { class: 'zoned', text: zoned(s.next_run, tz) + ' ' + tz }));
+    if (tz !== LOCAL_TZ) td.append(el('span', { class: 'local muted', text: zoned(s.next_run, LOCAL_TZ) + ' your time (' + LOCAL_TZ + ')' }));
+    return td;
   }
 
   function renderSchedules(list) {
@@ -729,16 +887,18 @@
         el('td', { class: 'mono', text: s.cron }),
         el('td', { text: s.time_zone || 'UTC' }),
         el('td', { class: 'state' }, badge(state)),
-        el('td', { title: s.next_run || '', text: s.next_run ? stamp(s.next_run) : '—' }),
+        s.next_run ? nextRun(s) : el('td', { class: 'next', text: '—' }),
+        el('td', { class: 'target', text: target((s.job || {}).target) }),
         el('td', { title: s.last_run || '', text: s.last_run ? ago(s.last_run) : '—' }),
-        el('td', { class: 'mono' }, s.last_job_id ? el('a', { href: '#/job/' + encodeURIComponent(s.last_job_id), text: s.last_job_id }) : '—'),
+        el('td', { class: 'lastjob' }, s.last_job_id ? el('a', { href: '#/job/' + encodeURIComponent(s.last_job_id), class: 'mono', text: s.last_job_id }) : '—',
+          s.last_job ? ' ' : null, s.last_job ? badge(s.last_job.status) : null),
         el('td', { class: 'num', text: num(s.fired) }),
         el('td', { class: 'num', text: num(s.skipped) }),
         el('td', { text: s.last_skip_reason || '—' }),
         el('td', null, el('button', { type: 'button', 'data-id': s.id, 'data-act': s.paused ? 'resume' : 'pause',
           'aria-label': (s.paused ? 'Resume ' : 'Pause ') + s.id, text: s.paused ? 'Resume' : 'Pause' }))));
     }
-    if (!list.length) rows.append(el('tr', null, el('td', { colspan: '11', class: 'muted', text: 'No schedule yet.' })));
+    if (!list.length) rows.append(el('tr', null, el('td', { colspan: '12', class: 'muted', text: 'No schedule yet.' })));
     $('schedules-table').tBodies[0].replaceChildren(rows);
     $('schedules-count').textContent = num(list.length) + (list.length === 1 ? ' schedule' : ' schedules');
   }
@@ -783,7 +943,7 @@
     try {
       const p = await api('/audit?' + qs({ actor: $('audit-actor').value.trim(), action: $('audit-action').value.trim(),
         job: $('audit-job').value.trim(), node: $('audit-node').value.trim(), since: audit.cursor ? '' : since,
-        cursor: audit.cursor || '', limit: audit.limit }), { signal: v.abort.signal, mayRefuse: true });
+        cursor: audit.cursor || '', limit: audit.limit }), { signal: v.abort.signal, soft: true });
       if (v.stopped || seq !== v.seq) return;
       showMsg('audit-msg', '');
       renderAudit(p);
@@ -819,6 +979,366 @@
   $('audit-since').addEventListener('change', () => { audit.cursor = 0; loadAudit(view); });
   $('audit-first').addEventListener('click', () => { audit.cursor = 0; loadAudit(view); });
   $('audit-next').addEventListener('click', () => { audit.cursor = audit.next; loadAudit(view); });
+
+  // ---- one node ----------------------------------------------------------
+
+  // The node view reads the node's record (GET /node/{id}), the jobs that
+  // touched it (GET /node/{id}/jobs) and, for an admin, its enrollment
+  // (GET /enrollments?node=): a token that may not read that sees no
+  // admin actions.
+  function nodeView(id, v) {
+    show('node', 'Node ' + id);
+    $('node-h').textContent = 'Node ' + id;
+    showMsg('node-msg', '');
+    for (const t of ['node-backends', 'node-jobs']) $(t).tBodies[0].replaceChildren();
+    $('node-meta').replaceChildren();
+    $('node-jobs-count').textContent = '';
+    $('node-status').replaceChildren();
+    $('node-admin').hidden = true;
+    v.node = id;
+    loadNode(v);
+  }
+
+  async function loadNode(v) {
+    if (v.stopped) return;
+    clearTimeout(v.timer);
+    const seq = (v.seq = (v.seq || 0) + 1);
+    const id = v.node;
+    const path = '/node/' + encodeURIComponent(id);
+    const opts = { signal: v.abort.signal };
+    const t0 = performance.now();
+    try {
+      const [node, jobs, enr] = await Promise.all([
+        api(path, opts).catch((e) => { if (e.status === 404) return null; throw e; }),
+        api(path + '/jobs?limit=20', opts),
+        api('/enrollments?' + qs({ node: id }), { signal: v.abort.signal, soft: true })
+          .then((l) => ({ admin: true, rec: (l || [])[0] || null }))
+          .catch((e) => { if (e instanceof AuthError || e.name === 'AbortError') throw e; return { admin: false, why: e.status === 403 ? 'admin role needed to see it' : e.message }; }),
+      ]);
+      if (v.stopped || seq !== v.seq) return;
+      if (!v.acted) showMsg('node-msg', node ? '' : 'Node ' + id + ' is not in the registry (removed, revoked, or never seen).');
+      renderNode(v, node, jobs, enr);
+      // Its three reads and the render, for the scale test.
+      document.body.dataset.nodeRenderMs = String(Math.round(performance.now() - t0));
+    } catch (e) {
+      if (e instanceof AuthError || e.name === 'AbortError') return;
+      showMsg('node-msg', 'Could not load the node: ' + e.message + ' (retrying)');
+    }
+    if (!v.stopped && seq === v.seq) v.timer = setTimeout(() => loadNode(v), REFRESH_MS);
+  }
+
+  function renderNode(v, n, page, enr) {
+    document.body.dataset.nodeRenders = String(Number(document.body.dataset.nodeRenders || 0) + 1);
+    $('node-status').replaceChildren(badge(n ? n.status : 'unknown'));
+    const e = enr.rec;
+    const meta = [['Hostname', n ? n.hostname : ''], ['Groups', n ? (n.groups || []).join(', ') : ''], ['Version', n ? n.version : ''],
+      ['Online since', n && n.status === 'online' ? stamp(n.online_since) : ''], ['Last seen', n ? stamp(n.last_seen) + ' (' + ago(n.last_seen) + ')' : ''],
+      ['Heartbeat', n && n.heartbeat_interval ? 'every ' + goDuration(n.heartbeat_interval) : ''],
+      ['Enrollment', enr.admin ? (e ? el('span', { id: 'node-enrollment' }, badge(e.status), e.decided_at ? ' since ' + stamp(e.decided_at) : ' requested ' + stamp(e.requested_at)) :
+        el('span', { id: 'node-enrollment', text: 'no enrollment record' })) : el('span', { id: 'node-enrollment', class: 'muted', text: 'not shown (' + enr.why + ')' })]];
+    $('node-meta').replaceChildren(...meta.flatMap(([k, x]) => [el('dt', { text: k }), el('dd', null, x || '—')]));
+    $('node-admin').hidden = !enr.admin;
+    $('node-approve').hidden = !e || e.status === 'admitted';
+    $('node-revoke').hidden = !e || e.status === 'revoked';
+
+    const rows = document.createDocumentFragment();
+    const off = (b) => (b.off || []).map((o) => o.name + (o.dangerous ? ' (dangerous)' : ''));
+    for (const b of (n && n.schemas) || []) {
+      rows.append(el('tr', { 'data-backend': b.name },
+        el('th', { scope: 'row', title: b.description || '', text: b.name }),
+        el('td', null, el('ul', { class: 'actions' }, ...(b.actions || []).map((a) => el('li', { 'data-action': a.name, title: a.description || '' }, a.name,
+          a.dangerous ? el('span', { class: 'flag dangerous', text: 'dangerous' }) : null,
+          a.read_only ? el('span', { class: 'flag', text: 'read-only' }) : null,
+          a.check_mode ? el('span', { class: 'flag', text: 'check mode' }) : null)))),
+        el('td', { text: off(b).join(', ') || '—' })));
+    }
+    if (n && !(n.schemas || []).length) for (const b of n.backends || []) rows.append(el('tr', { 'data-backend': b }, el('th', { scope: 'row', text: b }), el('td', { text: '—' }), el('td', { text: '—' })));
+    if (!rows.childNodes.length) rows.append(el('tr', null, el('td', { colspan: '3', class: 'muted', text: 'No backend known.' })));
+    $('node-backends').tBodies[0].replaceChildren(rows);
+
+    const jr = document.createDocumentFragment();
+    for (const j of page.jobs) {
+      const outcome = j.outcome ? badge(j.outcome) : el('span', { class: 'muted', text: 'in progress' });
+      jr.append(el('tr', { 'data-job': j.id },
+        el('th', { scope: 'row', class: 'mono' }, el('a', { href: '#/job/' + encodeURIComponent(j.id), text: j.id })),
+        el('td', { class: 'outcome' }, outcome, j.changed ? ' (changed)' : ''),
+        el('td', { class: 'status' }, badge(j.status)),
+        el('td', { text: j.target }),
+        el('td', { text: j.tasks.slice(0, 3).join(', ') + (j.tasks.length > 3 ? ' +' + (j.tasks.length - 3) : '') }),
+        el('td', { title: j.created_at, text: ago(j.created_at) })));
+    }
+    if (!page.jobs.length) jr.append(el('tr', null, el('td', { colspan: '6', class: 'muted', text: 'No job has run on this node.' })));
+    $('node-jobs').tBodies[0].replaceChildren(jr);
+    $('node-jobs-count').textContent = page.total > page.jobs.length ? 'The newest ' + num(page.jobs.length) + ' of ' + num(page.total) + ' jobs.' : num(page.total) + (page.total === 1 ? ' job.' : ' jobs.');
+  }
+
+  // confirmAction asks in a modal dialog; it resolves true on Confirm.
+  function confirmAction(text, ok) {
+    const d = $('confirm');
+    $('confirm-text').textContent = text;
+    $('confirm-ok').textContent = ok;
+    return new Promise((resolve) => {
+      const done = (yes) => { d.close(); cleanup(); resolve(yes); };
+      const onOk = () => done(true);
+      const onCancel = () => done(false);
+      // Escape closes the dialog: a "no". The close event is queued, so
+      // that of an earlier question can arrive after this one opened:
+      // only a closed dialog counts.
+      const onClose = () => { if (d.open) return; cleanup(); resolve(false); };
+      const cleanup = () => {
+        $('confirm-ok').removeEventListener('click', onOk);
+        $('confirm-cancel').removeEventListener('click', onCancel);
+        d.removeEventListener('close', onClose);
+      };
+      $('confirm-ok').addEventListener('click', onOk);
+      $('confirm-cancel').addEventListener('click', onCancel);
+      d.addEventListener('close', onClose);
+      d.showModal();
+      $('confirm-cancel').focus();
+    });
+  }
+
+  const NODE_ACTIONS = {
+    'node-approve': { verb: 'approve', ok: 'Approve', ask: (id) => 'Approve node ' + id + '? Its agent may then connect and run jobs.',
+      call: (id) => api('/enrollments/' + encodeURIComponent(id) + '/approve', { method: 'POST' }), done: 'approved' },
+    'node-revoke': { verb: 'revoke', ok: 'Revoke', ask: (id) => 'Revoke node ' + id + '? Its agent is disconnected and its key refused for good; it must enroll again under a new key.',
+      call: (id) => api('/enrollments/' + encodeURIComponent(id) + '/revoke', { method: 'POST' }), done: 'revoked' },
+    'node-remove': { verb: 'remove', ok: 'Remove', ask: (id) => 'Remove node ' + id + ' from the registry? Only an offline node can be removed; an agent that comes back registers again.',
+      call: (id) => api('/node/' + encodeURIComponent(id), { method: 'DELETE' }), done: 'removed' },
+  };
+  for (const [bid, a] of Object.entries(NODE_ACTIONS)) {
+    $(bid).addEventListener('click', async () => {
+      const v = view;
+      if (!v || !v.node) return;
+      const id = v.node;
+      if (!(await confirmAction(a.ask(id), a.ok))) { $(bid).focus(); return; }
+      $(bid).disabled = true;
+      try {
+        await a.call(id);
+        v.acted = true;
+        showMsg('node-msg', 'Node ' + id + ' ' + a.done + '.', true);
+      } catch (e) {
+        if (e instanceof AuthError) return;
+        v.acted = true;
+        showMsg('node-msg', (e.status === 403 ? 'Not allowed to ' + a.verb + ': ' : 'Could not ' + a.verb + ' ' + id + ': ') + e.message);
+      } finally {
+        $(bid).disabled = false;
+      }
+      if (view === v) loadNode(v);
+    });
+  }
+
+  // ---- launch a job ------------------------------------------------------
+
+  // The launcher builds one backend action's job from the catalog's schema
+  // (GET /backends), shows how many nodes the target matches now, runs it
+  // in check mode first, then for real.
+  const launch = { catalog: null, action: null, previewed: '', countSeq: 0 };
+
+  async function launchView(v) {
+    show('launch', 'Launch a job');
+    showMsg('launch-msg', '');
+    const m = await loadMe();
+    if (v.stopped) return;
+    if (m && !m.submit) {
+      showMsg('launch-msg', 'Token "' + m.name + '" has role ' + m.role + ', which may not submit jobs (operator or admin may).');
+      $('launch-form').hidden = true;
+      return;
+    }
+    $('launch-form').hidden = false;
+    try {
+      launch.catalog = await api('/backends', { signal: v.abort.signal });
+    } catch (e) {
+      if (e instanceof AuthError || e.name === 'AbortError') return;
+      showMsg('launch-msg', 'Could not load the backends: ' + e.message);
+      return;
+    }
+    if (v.stopped) return;
+    const sel = $('launch-action');
+    const cur = sel.value;
+    const groups = (launch.catalog.backends || []).map((b) => el('optgroup', { label: b.name + ' (' + num((launch.catalog.nodes || {})[b.name]) + ' nodes)' },
+      ...(b.actions || []).map((a) => el('option', { value: b.name + '.' + a.name, text: b.name + '.' + a.name + (a.dangerous ? ' — dangerous' : '') })),
+      ...(b.off || []).map((o) => el('option', { value: b.name + '.' + o.name, disabled: true, text: b.name + '.' + o.name + ' — not enabled' }))));
+    sel.replaceChildren(el('option', { value: '', text: 'Choose…' }), ...groups);
+    sel.value = cur;
+    renderParams();
+    countTarget(v);
+  }
+
+  function findAction(key) {
+    for (const b of (launch.catalog && launch.catalog.backends) || []) {
+      for (const a of b.actions || []) if (b.name + '.' + a.name === key) return { backend: b.name, a };
+    }
+    return null;
+  }
+
+  function renderParams() {
+    const f = findAction($('launch-action').value);
+    launch.action = f;
+    $('launch-action-help').textContent = f ? (f.a.description || '') + (f.a.read_only ? ' (read-only)' : '') : '';
+    $('launch-danger').hidden = !(f && f.a.dangerous);
+    const box = $('launch-params');
+    box.replaceChildren();
+    for (const p of (f && f.a.params) || []) {
+      const id = 'param-' + p.name;
+      let input;
+      if (p.enum && p.enum.length) {
+        input = el('select', { id }, el('option', { value: '', text: p.default ? 'default (' + p.default + ')' : '—' }), ...p.enum.map((x) => el('option', { value: x, text: x })));
+      } else if (p.type === 'bool') {
+        input = el('select', { id }, el('option', { value: '', text: p.default ? 'default (' + p.default + ')' : '—' }), el('option', { value: 'true', text: 'true' }), el('option', { value: 'false', text: 'false' }));
+      } else {
+        input = el('input', { id, type: p.sensitive ? 'password' : 'text', autocomplete: 'off', spellcheck: 'false',
+          placeholder: p.default ? p.default : ({ int: 'a whole number', duration: 'e.g. 30s, 5m', list: 'comma-separated' }[p.type] || '') });
+      }
+      input.dataset.param = p.name;
+      if (p.required) input.setAttribute('aria-required', 'true');
+      input.setAttribute('aria-describedby', id + '-help ' + id + '-err');
+      const help = [p.description, p.type !== 'string' ? 'type ' + p.type : '', p.default ? 'default ' + p.default : '', p.pattern ? 'pattern ' + p.pattern : '',
+        p.sensitive ? 'sensitive: never stored or shown in clear' : ''].filter(Boolean).join(' · ');
+      box.append(el('div', { class: 'param' },
+        el('label', { for: id }, p.name, p.required ? el('span', { class: 'req', 'aria-hidden': 'true', text: ' *' }) : null, p.required ? el('span', { class: 'sr-only', text: ' (required)' }) : null),
+        input, el('p', { id: id + '-help', class: 'help', text: help }), el('p', { id: id + '-err', class: 'err', role: 'alert' })));
+    }
+  }
+
+  // paramError says what is wrong with one value, or ''.
+  function paramError(p, val) {
+    if (val === '') return p.required && !p.default ? 'required' : '';
+    if (p.type === 'int' && !/^-?\d+$/.test(val)) return 'must be a whole number';
+    if (p.type === 'duration' && isNaN(goMs(val))) return 'must be a duration such as 30s or 5m';
+    if (p.type === 'bool' && !['true', 'false'].includes(val)) return 'must be true or false';
+    if (p.enum && p.enum.length && !p.enum.includes(val)) return 'must be one of ' + p.enum.join(', ');
+    if (p.pattern) {
+      try { if (!new RegExp('^(?:' + p.pattern + ')$').test(val)) return 'must match ' + p.pattern; } catch (_) { /* a pattern JS cannot read: the controller checks */ }
+    }
+    return '';
+  }
+
+  // launchSpec reads the form into a job spec, or null (errors shown).
+  function launchSpec(check) {
+    const f = launch.action;
+    if (!f) { showMsg('launch-msg', 'Choose a backend action first.'); $('launch-action').focus(); return null; }
+    const params = {};
+    let bad = null;
+    for (const p of f.a.params || []) {
+      const input = $('param-' + p.name);
+      const val = input.value.trim();
+      const err = paramError(p, val);
+      $('param-' + p.name + '-err').textContent = err ? p.name + ' ' + err : '';
+      input.setAttribute('aria-invalid', err ? 'true' : 'false');
+      if (err && !bad) bad = input;
+      if (val !== '') params[p.name] = input.value;
+    }
+    const scope = $('launch-scope').value;
+    const value = $('launch-value').value.trim();
+    if (scope !== 'all' && !value) { showMsg('launch-msg', 'Name the ' + scope + ' to run on.'); $('launch-value').focus(); return null; }
+    if (bad) { showMsg('launch-msg', 'Some parameters need a fix.'); bad.focus(); return null; }
+    showMsg('launch-msg', '');
+    const limit = (s) => { s = s.trim(); return s === '' ? undefined : /^\d+$/.test(s) ? Number(s) : s; };
+    const spec = { target: scope === 'all' ? { scope } : { scope, value }, strategy: $('launch-strategy').value,
+      tasks: [{ backend: f.backend, action: f.a.name, params }] };
+    const maxConc = limit($('launch-maxc').value), maxErr = limit($('launch-maxe').value);
+    if (maxConc !== undefined) spec.max_concurrency = maxConc;
+    if (maxErr !== undefined) spec.max_errors = maxErr;
+    if (check) spec.check_mode = true;
+    return spec;
+  }
+
+  // countTarget shows how many nodes the target matches now.
+  let countTimer = 0;
+  async function countTarget(v) {
+    const seq = ++launch.countSeq;
+    const scope = $('launch-scope').value;
+    const value = $('launch-value').value.trim();
+    $('launch-value').disabled = scope === 'all';
+    let text = '';
+    try {
+      if (scope === 'node') {
+        const p = await api('/fleet?' + qs({ q: value, limit: 50 }), { signal: v.abort.signal });
+        $('launch-values').replaceChildren(...p.nodes.map((n) => el('option', { value: n.id })));
+        const n = p.nodes.find((x) => x.id === value);
+        text = !value ? 'Name a node.' : n ? '1 node (' + n.status + ')' : 'No node ' + value + '.';
+      } else {
+        const p = await api('/fleet?' + qs({ group: scope === 'group' ? value : '', limit: 1 }), { signal: v.abort.signal });
+        if (scope === 'group') $('launch-values').replaceChildren(...(p.groups || []).map((g) => el('option', { value: g.group })));
+        if (scope === 'group' && !value) text = 'Name a group.';
+        else {
+          const on = scope === 'all' ? p.online : p.matched - (await api('/fleet?' + qs({ group: value, status: 'offline', limit: 1 }), { signal: v.abort.signal })).matched;
+          const off = scope === 'all' ? 0 : p.matched - on;
+          text = num(on) + (on === 1 ? ' node' : ' nodes') + ' online now' + (off ? ', ' + num(off) + ' offline (skipped as unreachable)' : '');
+        }
+      }
+    } catch (e) {
+      if (e instanceof AuthError || e.name === 'AbortError') return;
+      text = 'Could not count: ' + e.message;
+    }
+    if (seq === launch.countSeq && !v.stopped) $('launch-count').textContent = text;
+  }
+  const recount = () => { clearTimeout(countTimer); countTimer = setTimeout(() => { if (view) countTarget(view); }, 200); };
+  $('launch-scope').addEventListener('change', () => {
+    $('launch-value').value = '';
+    $('launch-value').disabled = $('launch-scope').value === 'all';
+    recount();
+  });
+  $('launch-value').addEventListener('input', recount);
+  $('launch-action').addEventListener('change', renderParams);
+  // Any change after a preview asks for a new one before Run.
+  $('launch-form').addEventListener('input', () => { $('launch-run').disabled = true; });
+  $('launch-form').addEventListener('change', () => { $('launch-run').disabled = true; });
+
+  $('launch-form').addEventListener('submit', async (e) => {
+    e.preventDefault();
+    const v = view;
+    const spec = launchSpec(true);
+    if (!spec || !v) return;
+    $('launch-preview').disabled = true;
+    $('launch-run').disabled = true;
+    $('launch-preview-result').replaceChildren();
+    $('launch-state').textContent = 'Running in check mode…';
+    try {
+      let j = await api('/job', { method: 'POST', body: spec });
+      const id = j.id;
+      while (!TERMINAL.includes(j.status)) {
+        await new Promise((r) => setTimeout(r, 400));
+        if (v.stopped) return;
+        j = await api('/job/' + encodeURIComponent(id), { signal: v.abort.signal });
+      }
+      const nodes = new Set(j.expected || []);
+      let changed = 0, failed = 0;
+      for (const n of nodes) {
+        const rs = Object.values(j.results || {}).map((row) => row[n]).filter(Boolean);
+        if (rs.some((r) => r.changed)) changed++;
+        if (rs.some((r) => r.status === 'failed')) failed++;
+      }
+      $('launch-preview-result').replaceChildren('Check mode ', badge(j.status), ' on ' + num(nodes.size) + (nodes.size === 1 ? ' node: ' : ' nodes: ') +
+        num(changed) + ' would change, ' + num(failed) + ' failed' + ((j.unreachable || []).length ? ', ' + num(j.unreachable.length) + ' unreachable' : '') + '. ',
+        el('a', { href: '#/job/' + encodeURIComponent(id), id: 'launch-preview-job', text: 'See the preview' }));
+      $('launch-state').textContent = '';
+      launch.previewed = JSON.stringify(launchSpec(false));
+      $('launch-run').disabled = false;
+      $('launch-run').focus();
+    } catch (err) {
+      if (err instanceof AuthError) return;
+      $('launch-state').textContent = '';
+      showMsg('launch-msg', (err.status === 403 ? 'Not allowed: ' : 'The controller refused the job: ') + err.message);
+    } finally {
+      $('launch-preview').disabled = false;
+    }
+  });
+
+  $('launch-run').addEventListener('click', async () => {
+    const spec = launchSpec(false);
+    if (!spec || JSON.stringify(spec) !== launch.previewed) { $('launch-run').disabled = true; return; }
+    $('launch-run').disabled = true;
+    try {
+      const j = await api('/job', { method: 'POST', body: spec });
+      location.hash = '#/job/' + encodeURIComponent(j.id);
+    } catch (err) {
+      if (err instanceof AuthError) return;
+      showMsg('launch-msg', (err.status === 403 ? 'Not allowed: ' : 'The controller refused the job: ') + err.message);
+      $('launch-run').disabled = false;
+    }
+  });
 
   window.addEventListener('hashchange', route);
   route();
