@@ -105,3 +105,39 @@ func TestProcSelfRootAndDotDotAreOutside(t *testing.T) {
 		t.Fatal("a file was written in /etc")
 	}
 }
+
+// A sandbox inside the agent's data directory (grid dev and test fleets
+// keep it there) is the jobs' own: allowed on purpose, so writing in it
+// works, while the key beside it and a symlink out of the sandbox to it
+// stay refused.
+func TestSandboxInsideDeniedDataDir(t *testing.T) {
+	data := t.TempDir()
+	sandbox := filepath.Join(data, "sandbox")
+	if err := os.MkdirAll(sandbox, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	key := filepath.Join(data, "agent.key")
+	if err := os.WriteFile(key, []byte("SECRET KEY"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(key, filepath.Join(sandbox, "innocent")); err != nil {
+		t.Fatal(err)
+	}
+	b, err := file.New(file.Options{AllowedPrefixes: []string{sandbox}, DeniedPrefixes: []string{data}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := backends.NewRegistry().MustRegister(b)
+	ctx := context.Background()
+	if _, err := reg.Run(ctx, "file", &backends.Request{Action: "write", Params: api.Params{"path": filepath.Join(sandbox, "motd"), "content": "hi"}}); err != nil {
+		t.Fatalf("write in the sandbox: %v", err)
+	}
+	for _, p := range []string{key, filepath.Join(sandbox, "innocent")} {
+		if _, err := reg.Run(ctx, "file", &backends.Request{Action: "read", Params: api.Params{"path": p}}); !errors.Is(err, file.ErrOutside) {
+			t.Errorf("read %s: %v, want %v", p, err, file.ErrOutside)
+		}
+	}
+	if _, err := reg.Run(ctx, "file", &backends.Request{Action: "remove", Params: api.Params{"path": filepath.Join(sandbox, "motd")}}); err != nil {
+		t.Errorf("remove a file in the sandbox: %v", err)
+	}
+}

@@ -174,6 +174,20 @@ func (b *Backend) Run(ctx context.Context, req *backends.Request) (*backends.Res
 	return res, confined(err)
 }
 
+// allowedWithin reports whether resolved lies under an allowed prefix that
+// is itself strictly inside the denied path d.
+func (b *Backend) allowedWithin(resolved, d string) bool {
+	for _, pr := range b.prefixes {
+		if rp, err := filepath.EvalSymlinks(pr); err == nil {
+			pr = rp
+		}
+		if pr != d && within(pr, d) && within(resolved, pr) {
+			return true
+		}
+	}
+	return false
+}
+
 // openBeneath resolves p like Resolve and opens the allowed prefix it lies
 // under as an os.Root; rel is the resolved path relative to that root.
 // Resolving first keeps symlinks that stay inside a prefix working (os.Root
@@ -185,8 +199,11 @@ func (b *Backend) openBeneath(p string, followFinal bool) (*os.Root, string, err
 	}
 	for _, d := range b.denied {
 		// Only remove does not follow the final link, and only remove
-		// takes a directory's whole tree with it.
-		if within(resolved, d) || (!followFinal && within(d, resolved)) {
+		// takes a directory's whole tree with it. An allowed prefix inside
+		// a denied one (the sandbox grid dev and tests keep in the agent's
+		// data directory) was given on purpose: what lies under it is the
+		// jobs'.
+		if (within(resolved, d) && !b.allowedWithin(resolved, d)) || (!followFinal && within(d, resolved)) {
 			return nil, "", fmt.Errorf("%s: %w: %s is the agent's own and never touched by jobs", p, ErrOutside, d)
 		}
 	}
