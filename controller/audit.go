@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -124,6 +125,7 @@ func (a *auditLog) append(ctx context.Context, rec api.AuditRecord) (api.AuditRe
 		rec.Time = time.Now().UTC()
 	}
 	rec.Controller = a.controller
+	cleanAuditStrings(&rec)
 	if len(rec.Params) > maxAuditParams {
 		rec.Params = json.RawMessage(`{"omitted_bytes":` + strconv.Itoa(len(rec.Params)) + `}`)
 	}
@@ -170,6 +172,20 @@ func (a *auditLog) append(ctx context.Context, rec api.AuditRecord) (api.AuditRe
 		}
 	}
 	return rec, fmt.Errorf("%w: %w", errAuditUnavailable, err)
+}
+
+// cleanAuditStrings makes every text field of rec valid UTF-8. Callers
+// put unescaped path values in records (/job/%ff/cancel), and JSON
+// encodes a byte that is not UTF-8 as the escape \ufffd while a reader
+// decodes it to the character U+FFFD, which it encodes as three raw bytes:
+// the hash computed here would never match the one verify computes, and a
+// single unauthenticated request would make the chain look edited.
+func cleanAuditStrings(rec *api.AuditRecord) {
+	for _, s := range []*string{&rec.Actor, &rec.Action, &rec.Route, &rec.Resource, &rec.Job, &rec.Node,
+		&rec.Detail, &rec.Remote, &rec.Controller} {
+		*s = strings.ToValidUTF8(*s, "\uFFFD")
+	}
+	rec.Role = api.Role(strings.ToValidUTF8(string(rec.Role), "\uFFFD"))
 }
 
 // stored reads the record at seq, stored by an earlier try of an append
