@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -174,7 +175,18 @@ func (a *auditLog) append(ctx context.Context, rec api.AuditRecord) (api.AuditRe
 	return rec, fmt.Errorf("%w: %w", errAuditUnavailable, err)
 }
 
-// cleanAuditStrings makes every text field of rec valid UTF-8. Callers
+// Bounds of a record's text fields. Names (tokens, nodes, jobs,
+// schedules) are at most 128 bytes; a longer one comes from a path nobody
+// could have acted on (a refused call's), and keeping it whole would let a
+// stranger's 1,000 recorded failures a day add up to 64 MiB a day, filling
+// the default audit_max_bytes within weeks and so refusing every change.
+const (
+	maxAuditName   = 256
+	maxAuditDetail = 2 << 10
+)
+
+// cleanAuditStrings makes every text field of rec valid UTF-8 and cuts the
+// overlong ones (a note of the bytes left out says so). Callers
 // put unescaped path values in records (/job/%ff/cancel), and JSON
 // encodes a byte that is not UTF-8 as the escape \ufffd while a reader
 // decodes it to the character U+FFFD, which it encodes as three raw bytes:
@@ -183,9 +195,26 @@ func (a *auditLog) append(ctx context.Context, rec api.AuditRecord) (api.AuditRe
 func cleanAuditStrings(rec *api.AuditRecord) {
 	for _, s := range []*string{&rec.Actor, &rec.Action, &rec.Route, &rec.Resource, &rec.Job, &rec.Node,
 		&rec.Detail, &rec.Remote, &rec.Controller} {
-		*s = strings.ToValidUTF8(*s, "\uFFFD")
+		limit := maxAuditName
+		if s == &rec.Detail {
+			limit = maxAuditDetail
+		}
+		*s = cutAuditText(strings.ToValidUTF8(*s, "\uFFFD"), limit)
 	}
 	rec.Role = api.Role(strings.ToValidUTF8(string(rec.Role), "\uFFFD"))
+}
+
+// cutAuditText cuts s to about limit bytes, on a rune boundary, saying how
+// many bytes were left out.
+func cutAuditText(s string, limit int) string {
+	if len(s) <= limit {
+		return s
+	}
+	cut := limit
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…(" + strconv.Itoa(len(s)-cut) + " more bytes)"
 }
 
 // stored reads the record at seq, stored by an earlier try of an append

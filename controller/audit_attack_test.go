@@ -6,6 +6,7 @@ package controller_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
@@ -73,6 +74,46 @@ func TestAuditAttackInvalidUTF8DoesNotBreakChain(t *testing.T) {
 	}
 	if found != 4 {
 		t.Errorf("%d records name the bad resource, want 4", found)
+	}
+	aaVerify(t, recs)
+}
+
+// A refused call's record takes its resource from the path, which may be as
+// long as the request line (up to a megabyte of headers): a stranger's
+// 1,000 recorded failures a day of 60 KiB each would fill the default
+// audit_max_bytes in some 16 days and so refuse every change.
+func TestAuditAttackLongPathRecordStaysSmall(t *testing.T) {
+	f := fleettest.Start(t, fleet.Options{Agents: 0})
+	rd := ar2Token(t, f, "viewer", api.RoleRead)
+	long := strings.Repeat("x", 60<<10)
+	for _, c := range []struct {
+		tok, method, path string
+	}{
+		{"", http.MethodPost, "/job/" + long + "/cancel"},
+		{rd, http.MethodPost, "/job/" + long + "/retry"},
+		{rd, http.MethodDelete, "/token/" + long},
+	} {
+		if code, body := ar2Call(t, f, c.tok, c.method, c.path, ""); code != http.StatusUnauthorized && code != http.StatusForbidden {
+			t.Fatalf("%s %.40s…: %d %s", c.method, c.path, code, body)
+		}
+	}
+	recs := aaRecords(t, f)
+	seen := 0
+	for _, r := range recs {
+		if r.Action != api.AuditAuthFailed && r.Action != api.AuditAuthDenied {
+			continue
+		}
+		seen++
+		b, _ := json.Marshal(r)
+		if len(b) > 2<<10 {
+			t.Errorf("record %d (%s %s) is %d bytes", r.Seq, r.Action, r.Route, len(b))
+		}
+		if !strings.HasPrefix(r.Resource, "xxxx") {
+			t.Errorf("record %d: resource %.40q does not start with the path's", r.Seq, r.Resource)
+		}
+	}
+	if seen != 3 {
+		t.Errorf("%d refusals recorded, want 3", seen)
 	}
 	aaVerify(t, recs)
 }
