@@ -324,7 +324,16 @@ func (c *Controller) auditedCall(w http.ResponseWriter, r *http.Request, rt rout
 	note := &auditNote{}
 	r = r.WithContext(context.WithValue(r.Context(), auditNoteKey{}, note))
 	bw := &bufferedWriter{header: http.Header{}, code: http.StatusOK}
-	rt.handler.ServeHTTP(bw, r)
+	if v := c.serveNoted(bw, r, rt.handler); v != nil {
+		// A handler that panicked may have acted before it did: the
+		// record says so, then the panic goes on to net/http, which
+		// logs it and drops the connection (no answer, so no success
+		// reported).
+		bw.code = http.StatusInternalServerError
+		note.detail = fmt.Sprintf("the handler panicked (%v); what it changed before is not known", v)
+		c.log.Error("API handler panicked", "method", r.Method, "path", r.URL.Path, "by", p.Name, "panic", v)
+		defer panic(v)
+	}
 	c.log.Info("API call", "method", r.Method, "path", r.URL.Path, "by", p.Name, "role", p.Role, "status", bw.code)
 
 	rec := api.AuditRecord{Actor: p.Name, Role: p.Role, Action: auditAction(rt.pattern), Route: rt.pattern, Outcome: bw.code,
@@ -347,6 +356,14 @@ func (c *Controller) auditedCall(w http.ResponseWriter, r *http.Request, rt rout
 		return
 	}
 	bw.flushTo(w)
+}
+
+// serveNoted runs a handler, returning what it panicked with (nil if it
+// returned), so that the call is recorded either way.
+func (c *Controller) serveNoted(w http.ResponseWriter, r *http.Request, h http.Handler) (v any) {
+	defer func() { v = recover() }()
+	h.ServeHTTP(w, r)
+	return nil
 }
 
 // fillResource completes a record's resource, job and node from the route's

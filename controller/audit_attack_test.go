@@ -7,8 +7,12 @@ package controller_test
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"log"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
@@ -116,4 +120,49 @@ func TestAuditAttackLongPathRecordStaysSmall(t *testing.T) {
 		t.Errorf("%d refusals recorded, want 3", seen)
 	}
 	aaVerify(t, recs)
+}
+
+// A handler that panics after it acted (a bug) left no record: the panic
+// went past the wrapper before the append, and net/http only closed the
+// connection. The change stands, so its record must be written.
+func TestAuditAttackPanickingHandlerIsRecorded(t *testing.T) {
+	f := fleettest.Start(t, fleet.Options{Agents: 0})
+	var acted atomic.Bool
+	h := f.Controller.Authorize("POST /boom/{id}", api.RoleOperator, http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+		acted.Store(true)
+		panic("handler bug after the change was made")
+	}))
+	mux := http.NewServeMux()
+	mux.Handle("POST /boom/{id}", h)
+	srv := httptest.NewServer(mux)
+	// net/http logs the panic it recovers; the test's output need not.
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
+	defer srv.Close()
+	req, err := http.NewRequest(http.MethodPost, srv.URL+"/boom/thing-1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+f.AdminToken())
+	if resp, err := srv.Client().Do(req); err == nil {
+		_ = resp.Body.Close()
+		if resp.StatusCode < 500 {
+			t.Errorf("a panicking call answered %d", resp.StatusCode)
+		}
+	}
+	if !acted.Load() {
+		t.Fatal("the handler did not run")
+	}
+	var got *api.AuditRecord
+	for _, r := range aaRecords(t, f) {
+		if r.Route == "POST /boom/{id}" {
+			got = &r
+		}
+	}
+	if got == nil {
+		t.Fatal("the call that acted and then panicked has no audit record")
+	}
+	if got.Outcome != http.StatusInternalServerError || got.Resource != "thing-1" || got.Actor != "admin" ||
+		!strings.Contains(got.Detail, "panic") {
+		t.Errorf("record %+v: want outcome 500, resource thing-1, actor admin and a detail naming the panic", *got)
+	}
 }
