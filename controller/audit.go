@@ -42,8 +42,10 @@ type auditLog struct {
 	read     time.Time
 	full     error
 
-	// failed rate-limits the records of failed authentications.
-	failed authFailLimiter
+	// failed rate-limits the records of failed authentications (by
+	// source address), denied those of calls refused for a weak role (by
+	// token).
+	failed, denied authFailLimiter
 }
 
 // errAuditUnavailable marks an audit record that could not be written.
@@ -399,17 +401,23 @@ func (c *Controller) recordRefusal(r *http.Request, rt route, p principal, code 
 	if rt.pattern != "/" {
 		c.fillResource(r, &rec)
 	}
+	// Refusals acted on nothing, and anyone who reaches the API (401) or
+	// holds the weakest token (403) can cause them: both are recorded
+	// within limits, per source address or per token, so that a flood
+	// cannot fill the stream and through it refuse every change.
+	lim, key, what := &c.audit.denied, "token "+p.Name, "refused calls (role too weak)"
 	if code == http.StatusUnauthorized {
 		rec.Action = api.AuditAuthFailed
-		ok, dropped := c.audit.failed.allow(sourceOf(r.RemoteAddr), time.Now())
-		if !ok {
-			c.metrics.auditDropped.Inc()
-			return
-		}
-		if dropped > 0 {
-			rec.Detail = fmt.Sprintf("%d failed authentications before this one were not recorded (more than %d a minute from one source, %d a minute or %d a day from all)",
-				dropped, authFailPerSource, authFailTotal, authFailPerDay)
-		}
+		lim, key, what = &c.audit.failed, sourceOf(r.RemoteAddr), "failed authentications"
+	}
+	ok, dropped := lim.allow(key, time.Now())
+	if !ok {
+		c.metrics.auditDropped.Inc()
+		return
+	}
+	if dropped > 0 {
+		rec.Detail = fmt.Sprintf("%d %s before this one were not recorded (more than %d a minute from one source or token, %d a minute or %d a day from all)",
+			dropped, what, authFailPerSource, authFailTotal, authFailPerDay)
 	}
 	if _, err := c.audit.append(r.Context(), rec); err != nil {
 		c.metrics.auditFailed.Inc()

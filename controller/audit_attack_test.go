@@ -166,3 +166,68 @@ func TestAuditAttackPanickingHandlerIsRecorded(t *testing.T) {
 		t.Errorf("record %+v: want outcome 500, resource thing-1, actor admin and a detail naming the panic", *got)
 	}
 }
+
+// aaCount counts the records of an action.
+func aaCount(recs []api.AuditRecord, action, route string) int {
+	n := 0
+	for _, r := range recs {
+		if r.Action == action && (route == "" || r.Route == route) {
+			n++
+		}
+	}
+	return n
+}
+
+// Flooding the trail with calls that act on nothing. A full stream refuses
+// every change (and deny_purge keeps it full until records expire or
+// audit_max_bytes is raised), so what the weakest callers can add must be
+// bounded: a stranger's 401s were (10 a minute per source address); a
+// read token's 403s were recorded without bound (some 2 million ~500-byte
+// records fill the default 1 GiB: half an hour at 1,000 calls a second),
+// and so were a metrics token's POSTs to paths that do not exist (404s
+// through the catch-all route).
+func TestAuditAttackRefusalFloodIsBounded(t *testing.T) {
+	f := fleettest.Start(t, fleet.Options{Agents: 0})
+	rd := ar2Token(t, f, "viewer", api.RoleRead)
+	mt := ar2Token(t, f, "scraper", api.RoleMetrics)
+	const calls = 25
+	for range calls {
+		if code, body := ar2Call(t, f, "", http.MethodPost, "/job/j1/cancel", ""); code != http.StatusUnauthorized {
+			t.Fatalf("stranger: %d %s", code, body)
+		}
+		if code, body := ar2Call(t, f, rd, http.MethodPost, "/job/j1/cancel", ""); code != http.StatusForbidden {
+			t.Fatalf("read token: %d %s", code, body)
+		}
+		if code, body := ar2Call(t, f, mt, http.MethodPost, "/no/such/thing", ""); code != http.StatusNotFound {
+			t.Fatalf("metrics token: %d %s", code, body)
+		}
+	}
+	recs := aaRecords(t, f)
+	logged := map[string]bool{}
+	for _, r := range recs {
+		if !logged[r.Action] {
+			b, _ := json.Marshal(r)
+			t.Logf("a %s record is %d bytes", r.Action, len(b))
+			logged[r.Action] = true
+		}
+	}
+	// Within one minute the limits allow 10 per source or token; a
+	// minute's turn between the calls may allow up to 10 more.
+	for _, c := range []struct {
+		what, action, route string
+		max                 int
+	}{
+		{"a stranger's 401s", api.AuditAuthFailed, "", 20},
+		{"a read token's 403s", api.AuditAuthDenied, "", 20},
+		{"a metrics token's 404s", "/", "/", 0},
+	} {
+		n := aaCount(recs, c.action, c.route)
+		if c.max == 0 && n > 0 {
+			t.Errorf("%s, %d calls: %d records, want none (they act on nothing)", c.what, calls, n)
+		}
+		if c.max > 0 && (n > c.max || n < 10) {
+			t.Errorf("%s, %d calls: %d records, want 10 to %d", c.what, calls, n, c.max)
+		}
+	}
+	aaVerify(t, recs)
+}
