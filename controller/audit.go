@@ -349,7 +349,10 @@ func (c *Controller) auditedCall(w http.ResponseWriter, r *http.Request, rt rout
 			rec.Params = b
 		}
 	}
-	if _, err := c.audit.append(r.Context(), rec); err != nil {
+	// Not the request's context: a caller that hangs up cancels it, and
+	// what the call did must be recorded all the same (append bounds
+	// itself with auditTimeout).
+	if _, err := c.audit.append(context.WithoutCancel(r.Context()), rec); err != nil {
 		c.metrics.auditFailed.Inc()
 		c.log.Error("audit record not written after the call acted", "action", rec.Action, "resource", rec.Resource, "by", p.Name,
 			"status", bw.code, "err", err)
@@ -419,7 +422,9 @@ func (c *Controller) recordRefusal(r *http.Request, rt route, p principal, code 
 		rec.Detail = fmt.Sprintf("%d %s before this one were not recorded (more than %d a minute from one source or token, %d a minute or %d a day from all)",
 			dropped, what, authFailPerSource, authFailTotal, authFailPerDay)
 	}
-	if _, err := c.audit.append(r.Context(), rec); err != nil {
+	// A caller that hangs up at once must not slip its refusal past the
+	// trail.
+	if _, err := c.audit.append(context.WithoutCancel(r.Context()), rec); err != nil {
 		c.metrics.auditFailed.Inc()
 		c.log.Error("audit record of a refused call not written", "path", r.URL.Path, "status", code, "err", err)
 	}

@@ -7,8 +7,10 @@ package controller_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -230,4 +232,44 @@ func TestAuditAttackRefusalFloodIsBounded(t *testing.T) {
 		}
 	}
 	aaVerify(t, recs)
+}
+
+// A caller that hangs up while its call runs cancels the request's
+// context; the record was appended with that context, so a change made
+// before the hang-up went unrecorded (and a refusal too).
+func TestAuditAttackHangUpStillRecorded(t *testing.T) {
+	f := fleettest.Start(t, fleet.Options{Agents: 0})
+	acted := make(chan struct{})
+	done := make(chan struct{})
+	inner := f.Controller.Authorize("POST /slow/{id}", api.RoleOperator, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(acted)
+		<-r.Context().Done() // the caller is gone; the change stands
+		w.WriteHeader(http.StatusCreated)
+	}))
+	mux := http.NewServeMux()
+	mux.Handle("POST /slow/{id}", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer close(done)
+		inner.ServeHTTP(w, r)
+	}))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fmt.Fprintf(conn, "POST /slow/thing-2 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Length: 0\r\n\r\n", f.AdminToken()); err != nil {
+		t.Fatal(err)
+	}
+	<-acted
+	_ = conn.Close()
+	<-done
+	for _, r := range aaRecords(t, f) {
+		if r.Route == "POST /slow/{id}" {
+			if r.Resource != "thing-2" || r.Outcome != http.StatusCreated {
+				t.Errorf("record %+v: want resource thing-2, outcome 201", r)
+			}
+			return
+		}
+	}
+	t.Fatal("the call that acted before its caller hung up has no audit record")
 }
