@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -61,5 +62,38 @@ func TestAuditAttackExportForgeryIsNamed(t *testing.T) {
 		if !strings.Contains(errOut, "record 2 of the export") {
 			t.Errorf("%s: %s, want it to name record 2 of the export", c.name, errOut)
 		}
+	}
+}
+
+// Values a stranger controls reach records (a refused call's resource is
+// its path): the table escapes control characters, so a path holding a
+// newline or an ANSI escape cannot forge a row or recolour the terminal,
+// and the export stays one record a line.
+func TestAuditAttackInjectedValuesStayInTheirCell(t *testing.T) {
+	f := fleettest.Start(t, fleet.Options{Agents: 0})
+	conn := []string{"--addr", f.Client().Address(), "--token", f.AdminToken(), "--cacert", f.CAFile()}
+	req, err := http.NewRequest(http.MethodPost, f.APIURL()+"/job/x%0a9999%092026-01-01T00:00:00Z%09admin%09token.create%1b%5b2K/cancel", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := f.HTTPClient().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("stranger's call: %d", resp.StatusCode)
+	}
+	code, out, errOut := runCLI(t, append([]string{"audit", "list", "--action", "auth.failed"}, conn...)...)
+	if code != ExitOK {
+		t.Fatalf("list: %d %s", code, errOut)
+	}
+	if rows := strings.Split(strings.TrimSpace(out), "\n"); len(rows) != 2 || strings.ContainsAny(out, "\x1b\t") ||
+		!strings.Contains(rows[1], `x\n9999\t`) {
+		t.Errorf("the table shows the injected path raw:\n%s", out)
+	}
+	code, out, errOut = runCLI(t, append([]string{"audit", "export"}, conn...)...)
+	if code != ExitOK || strings.Count(out, "\n") != strings.Count(out, "}\n") {
+		t.Fatalf("export: %d %s %q", code, errOut, out)
 	}
 }
