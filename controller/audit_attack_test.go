@@ -273,3 +273,47 @@ func TestAuditAttackHangUpStillRecorded(t *testing.T) {
 	}
 	t.Fatal("the call that acted before its caller hung up has no audit record")
 }
+
+// Path and method tricks cannot make a change without its record: every
+// token that exists after them has its token.create record.
+func TestAuditAttackPathTricksActOnlyWithRecord(t *testing.T) {
+	f := fleettest.Start(t, fleet.Options{Agents: 0})
+	tok := f.AdminToken()
+	for i, c := range []struct{ method, path string }{
+		{http.MethodPost, "//token"},
+		{http.MethodPost, "/job/../token"},
+		{http.MethodPost, "/token/"},
+		{http.MethodPost, "/%74oken"},
+		{http.MethodPost, "/token?x=/job"},
+		{http.MethodPut, "/token"},
+		{http.MethodPatch, "/token"},
+		{http.MethodOptions, "/token"},
+		{http.MethodHead, "/token"},
+		{http.MethodPost, "/token"},
+	} {
+		ar2Call(t, f, tok, c.method, c.path, fmt.Sprintf(`{"name":"trick-%d","role":"admin"}`, i))
+	}
+	infos, err := f.Client().ListTokens(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	recorded := map[string]bool{}
+	for _, r := range aaRecords(t, f) {
+		if r.Action == api.AuditTokenCreate && r.Outcome == http.StatusCreated {
+			recorded[r.Resource] = true
+		}
+	}
+	made := 0
+	for _, ti := range infos {
+		if !strings.HasPrefix(ti.Name, "trick-") {
+			continue
+		}
+		made++
+		if !recorded[ti.Name] {
+			t.Errorf("token %s was made without a token.create record", ti.Name)
+		}
+	}
+	if made == 0 {
+		t.Error("not even the plain POST /token made its token: the test proves nothing")
+	}
+}
