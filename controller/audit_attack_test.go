@@ -111,6 +111,7 @@ func TestAuditAttackLongPathRecordStaysSmall(t *testing.T) {
 		}
 		seen++
 		b, _ := json.Marshal(r)
+		t.Logf("a %s record with a 60 KiB path is %d bytes", r.Action, len(b))
 		if len(b) > 2<<10 {
 			t.Errorf("record %d (%s %s) is %d bytes", r.Seq, r.Action, r.Route, len(b))
 		}
