@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -316,5 +317,35 @@ func TestAuditAttackPathTricksActOnlyWithRecord(t *testing.T) {
 	}
 	if made == 0 {
 		t.Error("not even the plain POST /token made its token: the test proves nothing")
+	}
+}
+
+// Concurrent callers of every kind (strangers, a read token, an admin
+// making changes) cannot fork the chain: every change has its record, and
+// every record names the one before.
+func TestAuditAttackConcurrentCallersKeepOneChain(t *testing.T) {
+	f := fleettest.Start(t, fleet.Options{Agents: 0})
+	rd := ar2Token(t, f, "viewer", api.RoleRead)
+	const each = 8
+	var wg sync.WaitGroup
+	for i := range each {
+		wg.Go(func() { ar2Call(t, f, "", http.MethodDelete, fmt.Sprintf("/token/s-%d", i), "") })
+		wg.Go(func() { ar2Call(t, f, rd, http.MethodDelete, fmt.Sprintf("/token/r-%d", i), "") })
+		wg.Go(func() {
+			ar2Call(t, f, f.AdminToken(), http.MethodPost, "/token", fmt.Sprintf(`{"name":"c-%d","role":"read"}`, i))
+		})
+	}
+	wg.Wait()
+	recs := aaRecords(t, f)
+	aaVerify(t, recs)
+	prev := map[string]uint64{}
+	for _, r := range recs {
+		if s, ok := prev[r.PrevHash]; ok {
+			t.Errorf("records %d and %d name the same previous record", s, r.Seq)
+		}
+		prev[r.PrevHash] = r.Seq
+	}
+	if n := aaCount(recs, api.AuditTokenCreate, ""); n != each+1 {
+		t.Errorf("%d token.create records, want %d", n, each+1)
 	}
 }
