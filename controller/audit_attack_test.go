@@ -348,7 +348,9 @@ func TestAuditAttackConcurrentCallersKeepOneChain(t *testing.T) {
 	for i := range each {
 		wg.Go(func() { call("", http.MethodDelete, fmt.Sprintf("/token/s-%d", i), "") })
 		wg.Go(func() { call(rd, http.MethodDelete, fmt.Sprintf("/token/r-%d", i), "") })
-		wg.Go(func() { call(f.AdminToken(), http.MethodPost, "/token", fmt.Sprintf(`{"name":"c-%d","role":"read"}`, i)) })
+		wg.Go(func() {
+			call(f.AdminToken(), http.MethodPost, "/token", fmt.Sprintf(`{"name":"c-%d","role":"read"}`, i))
+		})
 	}
 	wg.Wait()
 	recs := aaRecords(t, f)
