@@ -41,6 +41,15 @@ type auditLog struct {
 	lastHash string
 	read     time.Time
 	full     error
+	// room is what the stream had left when last looked at (-1: no
+	// cap), msgMax its largest record, written what this controller
+	// appended since, and inflight the calls between ready and their
+	// record: each holds room for a record of msgMax, so that calls
+	// passing ready together all find room when they append.
+	room     int64
+	msgMax   int64
+	written  int64
+	inflight int
 
 	// failed rate-limits the records of failed authentications (by
 	// source address), denied those of calls refused for a weak role (by
@@ -68,18 +77,32 @@ const maxAuditParams = 16 << 10
 // is known: to find it full before a call acts rather than after.
 const auditRecheck = 2 * time.Second
 
-// ready makes sure the chain's head is known and the stream has room,
-// reading it from the stream if need be: a mutating call is refused (503)
-// when this fails, before it acts.
-func (a *auditLog) ready(ctx context.Context) error {
+// ready makes sure the chain's head is known and the stream has room for
+// the call's record besides those of the calls in flight, reading it from
+// the stream if need be: a mutating call is refused (503) when this fails,
+// before it acts. On success the caller holds that room until it calls
+// done, after its record is appended.
+func (a *auditLog) ready(ctx context.Context) (done func(), err error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if !a.known || time.Since(a.read) > auditRecheck || a.full != nil {
 		if err := a.readHead(ctx); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	return a.full
+	if a.full != nil {
+		return nil, a.full
+	}
+	if a.room >= 0 && a.room-a.written < int64(a.inflight+1)*a.msgMax {
+		return nil, fmt.Errorf("%w: the audit stream is nearly full (%d bytes left under audit_max_bytes, %d calls in flight each holding room for a record of up to %d bytes): raise audit_max_bytes or shorten audit_retention",
+			errAuditUnavailable, max(a.room-a.written, 0), a.inflight, a.msgMax)
+	}
+	a.inflight++
+	return func() {
+		a.mu.Lock()
+		a.inflight--
+		a.mu.Unlock()
+	}, nil
 }
 
 // readHead reads the stream's last record. Called with mu held.
@@ -90,7 +113,10 @@ func (a *auditLog) readHead(ctx context.Context) error {
 	}
 	info := s.CachedInfo()
 	last := info.State.LastSeq
-	a.full = nil
+	a.full, a.room, a.written, a.msgMax = nil, -1, 0, int64(max(info.Config.MaxMsgSize, 0))
+	if cfg := info.Config; cfg.MaxBytes > 0 {
+		a.room = cfg.MaxBytes - int64(info.State.Bytes)
+	}
 	if cfg := info.Config; cfg.MaxBytes > 0 && int64(info.State.Bytes)+int64(max(cfg.MaxMsgSize, 0)) > cfg.MaxBytes {
 		// The next record might not fit (JetStream refuses one that
 		// passes the cap).
@@ -158,6 +184,9 @@ func (a *auditLog) append(ctx context.Context, rec api.AuditRecord) (api.AuditRe
 			jetstream.WithExpectLastSequence(a.lastSeq), jetstream.WithMsgID(msgID))
 		if err == nil && ack.Sequence == rec.Seq {
 			a.lastSeq, a.lastHash = rec.Seq, rec.Hash
+			// What the stream stores per message beyond the data
+			// (subject, headers, index) is some 100 bytes.
+			a.written += int64(len(data)) + 128
 			return rec, nil
 		}
 		if err == nil && ack.Duplicate {
@@ -315,8 +344,11 @@ func auditAction(pattern string) string {
 // without its record.
 func (c *Controller) auditedCall(w http.ResponseWriter, r *http.Request, rt route, p principal) {
 	ctx, cancel := context.WithTimeout(r.Context(), auditTimeout)
-	err := c.audit.ready(ctx)
+	done, err := c.audit.ready(ctx)
 	cancel()
+	if err == nil {
+		defer done()
+	}
 	if err != nil {
 		c.metrics.auditFailed.Inc()
 		c.log.Error("API call refused: audit trail unavailable", "method", r.Method, "path", r.URL.Path, "by", p.Name, "err", err)

@@ -17,8 +17,13 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
+	"github.com/gridfleet/terraform-provider-grid/controller"
 	"github.com/gridfleet/terraform-provider-grid/internal/compose/fleet"
 	"github.com/gridfleet/terraform-provider-grid/internal/compose/fleet/fleettest"
 )
@@ -364,5 +369,106 @@ func TestAuditAttackConcurrentCallersKeepOneChain(t *testing.T) {
 	}
 	if n := aaCount(recs, api.AuditTokenCreate, ""); n != each+1 {
 		t.Errorf("%d token.create records, want %d", n, each+1)
+	}
+}
+
+// The room check before a call acts (room for one record of the largest
+// size) was made by each call alone: calls that passed it together all
+// acted, and those whose records no longer fitted were changes without a
+// record (their callers got 503 after the fact). Near a full stream, each
+// call in flight must hold room for its record.
+func TestAuditAttackConcurrentCallsNearFullAllRecorded(t *testing.T) {
+	f := fleettest.Start(t, fleet.Options{Agents: 0, Controller: func(c *controller.Config) {
+		c.AuditMaxBytes = controller.ByteSize(8 << 20)
+	}})
+	nc, err := nats.Connect(f.NATSURL(), f.NATSOptions()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	s, err := js.Stream(ctx, api.StreamAudit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Fill the stream (with the controllers' own rights, standing in for
+	// a long busy year) until a little more than one largest record fits.
+	const reserve = 64 << 10
+	for {
+		info, err := s.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		room := info.Config.MaxBytes - int64(info.State.Bytes)
+		if room-reserve < 4<<10 {
+			break
+		}
+		if _, err := js.Publish(ctx, api.SubjectAudit, make([]byte, min(60<<10, room-reserve-3<<10))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.Controller.LookAtAuditNow()
+
+	var entered, answered atomic.Int64
+	release := make(chan struct{})
+	h := f.Controller.Authorize("POST /many/{id}", api.RoleOperator, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		entered.Add(1)
+		<-release
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	mux := http.NewServeMux()
+	mux.Handle("POST /many/{id}", h)
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	const n = 300
+	codes := make([]int, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			defer answered.Add(1)
+			req, _ := http.NewRequest(http.MethodPost, fmt.Sprintf("%s/many/c-%d", srv.URL, i), nil)
+			req.Header.Set("Authorization", "Bearer "+f.AdminToken())
+			resp, err := srv.Client().Do(req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			_ = resp.Body.Close()
+			codes[i] = resp.StatusCode
+		})
+	}
+	// Every call has either entered the handler (and waits there) or
+	// been answered without entering it.
+	for entered.Load()+answered.Load() < n {
+		time.Sleep(5 * time.Millisecond)
+	}
+	close(release)
+	wg.Wait()
+	acted := int(entered.Load())
+	recorded := 0
+	if err := f.Client().EachAudit(ctx, api.AuditQuery{Limit: 1000}, func(r api.AuditRecord) error {
+		if r.Route == "POST /many/{id}" {
+			recorded++
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	late := 0
+	for _, c := range codes {
+		if c == http.StatusServiceUnavailable {
+			late++
+		}
+	}
+	t.Logf("%d calls: %d acted, %d recorded, %d answered 503", n, acted, recorded, late)
+	if acted == 0 {
+		t.Fatal("no call acted: the stream was filled too far")
+	}
+	if recorded != acted {
+		t.Errorf("%d calls acted but %d were recorded", acted, recorded)
 	}
 }
