@@ -156,7 +156,7 @@ func (a *auditLog) append(ctx context.Context, rec api.AuditRecord) (api.AuditRe
 	rec.Controller = a.controller
 	cleanAuditStrings(&rec)
 	if len(rec.Params) > maxAuditParams {
-		rec.Params = json.RawMessage(`{"omitted_bytes":` + strconv.Itoa(len(rec.Params)) + `}`)
+		rec.Params = shrinkAuditParams(rec.Params)
 	}
 	// One id for every try: a try whose answer was lost but that was
 	// stored makes the next try a duplicate JetStream drops (within its
@@ -233,6 +233,40 @@ func cleanAuditStrings(rec *api.AuditRecord) {
 		*s = cutAuditText(strings.ToValidUTF8(*s, "\uFFFD"), limit)
 	}
 	rec.Role = api.Role(strings.ToValidUTF8(string(rec.Role), "\uFFFD"))
+}
+
+// shrinkAuditParams makes params that are too large for a record fit: first
+// by cutting each long string in them (so that one padded value cannot
+// take the target, the actions and the other values out of the record),
+// and only if that is not enough by keeping their size alone.
+func shrinkAuditParams(params json.RawMessage) json.RawMessage {
+	var v any
+	d := json.NewDecoder(bytes.NewReader(params))
+	d.UseNumber() // numbers as written, not rounded through float64
+	if err := d.Decode(&v); err == nil {
+		if b, err := json.Marshal(cutAuditStrings(v)); err == nil && len(b) <= maxAuditParams {
+			return b
+		}
+	}
+	return json.RawMessage(`{"omitted_bytes":` + strconv.Itoa(len(params)) + `}`)
+}
+
+// cutAuditStrings cuts every string in a decoded JSON value to
+// maxAuditName bytes.
+func cutAuditStrings(v any) any {
+	switch t := v.(type) {
+	case string:
+		return cutAuditText(t, maxAuditName)
+	case []any:
+		for i := range t {
+			t[i] = cutAuditStrings(t[i])
+		}
+	case map[string]any:
+		for k, e := range t {
+			t[k] = cutAuditStrings(e)
+		}
+	}
+	return v
 }
 
 // cutAuditText cuts s to about limit bytes, on a rune boundary, saying how

@@ -472,3 +472,37 @@ func TestAuditAttackConcurrentCallsNearFullAllRecorded(t *testing.T) {
 		t.Errorf("%d calls acted but %d were recorded", acted, recorded)
 	}
 }
+
+// A job's params larger than a record keeps were replaced by their size
+// alone, so an operator could pad one param and leave the record without
+// the job's target, actions or other params.
+func TestAuditAttackPaddedParamsKeepWhatTheJobDoes(t *testing.T) {
+	f := fleettest.Start(t, fleet.Options{Agents: 1})
+	op := ar2Token(t, f, "ops", api.RoleOperator)
+	pad := strings.Repeat("p", 40<<10)
+	body := `{"target":{"scope":"node","value":"node-1"},"tasks":[` +
+		`{"backend":"ping","action":"echo","params":{"message":"` + pad + `"}},` +
+		`{"backend":"ping","action":"echo","params":{"message":"the-real-payload"}}]}`
+	code, resp := ar2Call(t, f, op, http.MethodPost, "/job", body)
+	if code != http.StatusCreated && code != http.StatusAccepted && code != http.StatusOK {
+		t.Fatalf("submit: %d %.300s", code, resp)
+	}
+	var rec *api.AuditRecord
+	for _, r := range aaRecords(t, f) {
+		if r.Action == api.AuditJobSubmit {
+			rec = &r
+		}
+	}
+	if rec == nil {
+		t.Fatal("no job.submit record")
+	}
+	p := string(rec.Params)
+	for _, want := range []string{"node-1", "ping.echo", "the-real-payload", "ppp"} {
+		if !strings.Contains(p, want) {
+			t.Errorf("record params %.300s… lack %q", p, want)
+		}
+	}
+	if len(p) > 16<<10 {
+		t.Errorf("record params are %d bytes", len(p))
+	}
+}
