@@ -156,7 +156,7 @@ func (a *auditLog) append(ctx context.Context, rec api.AuditRecord) (api.AuditRe
 	rec.Controller = a.controller
 	cleanAuditStrings(&rec)
 	if len(rec.Params) > maxAuditParams {
-		rec.Params = shrinkAuditParams(rec.Params)
+		rec.Params = shrinkAuditParams(rec.Params, nil)
 	}
 	// One id for every try: a try whose answer was lost but that was
 	// stored makes the next try a duplicate JetStream drops (within its
@@ -238,13 +238,21 @@ func cleanAuditStrings(rec *api.AuditRecord) {
 // shrinkAuditParams makes params that are too large for a record fit: first
 // by cutting each long string in them (so that one padded value cannot
 // take the target, the actions and the other values out of the record),
-// and only if that is not enough by keeping their size alone.
-func shrinkAuditParams(params json.RawMessage) json.RawMessage {
+// then by brief (what the handler says must be kept: a job's target and
+// actions) with their size, and only if that is not enough by keeping
+// their size alone.
+func shrinkAuditParams(params json.RawMessage, brief map[string]any) json.RawMessage {
 	var v any
 	d := json.NewDecoder(bytes.NewReader(params))
 	d.UseNumber() // numbers as written, not rounded through float64
 	if err := d.Decode(&v); err == nil {
 		if b, err := json.Marshal(cutAuditStrings(v)); err == nil && len(b) <= maxAuditParams {
+			return b
+		}
+	}
+	if brief != nil {
+		brief["omitted_bytes"] = len(params)
+		if b, err := json.Marshal(brief); err == nil && len(b) <= maxAuditParams {
 			return b
 		}
 	}
@@ -326,7 +334,10 @@ type auditNote struct {
 	job      string
 	node     string
 	params   any
-	detail   string
+	// brief is what params must keep when they are too large for a
+	// record.
+	brief  map[string]any
+	detail string
 }
 
 type auditNoteKey struct{}
@@ -412,6 +423,9 @@ func (c *Controller) auditedCall(w http.ResponseWriter, r *http.Request, rt rout
 	c.fillResource(r, &rec)
 	if note.params != nil {
 		if b, err := json.Marshal(note.params); err == nil {
+			if len(b) > maxAuditParams {
+				b = shrinkAuditParams(b, note.brief)
+			}
 			rec.Params = b
 		}
 	}

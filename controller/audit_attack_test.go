@@ -506,3 +506,33 @@ func TestAuditAttackPaddedParamsKeepWhatTheJobDoes(t *testing.T) {
 		t.Errorf("record params are %d bytes", len(p))
 	}
 }
+
+// Padding spread over many short values (no string to cut) took a job's
+// target and actions out of its record all the same.
+func TestAuditAttackManyStepsKeepTargetAndActions(t *testing.T) {
+	f := fleettest.Start(t, fleet.Options{Agents: 1})
+	op := ar2Token(t, f, "ops", api.RoleOperator)
+	steps := make([]string, 120)
+	for i := range steps {
+		steps[i] = `{"backend":"ping","action":"echo","params":{"message":"` + strings.Repeat("q", 200) + `"}}`
+	}
+	body := `{"target":{"scope":"node","value":"node-1"},"tasks":[` + strings.Join(steps, ",") + `]}`
+	if code, resp := ar2Call(t, f, op, http.MethodPost, "/job", body); code != http.StatusAccepted {
+		t.Fatalf("submit: %d %.300s", code, resp)
+	}
+	var rec *api.AuditRecord
+	for _, r := range aaRecords(t, f) {
+		if r.Action == api.AuditJobSubmit {
+			rec = &r
+		}
+	}
+	if rec == nil {
+		t.Fatal("no job.submit record")
+	}
+	p := string(rec.Params)
+	for _, want := range []string{"node-1", "ping.echo", "omitted_bytes"} {
+		if !strings.Contains(p, want) {
+			t.Errorf("record params %.300s… lack %q", p, want)
+		}
+	}
+}
