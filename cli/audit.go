@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -221,18 +223,36 @@ func verifyFile(path string, chain *api.AuditChain) error {
 
 // readAuditLines decodes JSON lines of audit records.
 func readAuditLines(r io.Reader, fn func(api.AuditRecord) error) error {
-	dec := json.NewDecoder(r)
-	for n := 1; ; n++ {
-		var rec api.AuditRecord
-		err := dec.Decode(&rec)
-		if errors.Is(err, io.EOF) {
+	br := bufio.NewReader(r)
+	for n := 0; ; {
+		line, err := br.ReadBytes('\n')
+		if err != nil && !errors.Is(err, io.EOF) {
+			return fmt.Errorf("record %d of the export: %w", n+1, err)
+		}
+		end := err != nil
+		line = bytes.TrimSuffix(bytes.TrimSuffix(line, []byte("\n")), []byte("\r"))
+		if len(bytes.TrimSpace(line)) > 0 {
+			n++
+			var rec api.AuditRecord
+			if err := json.Unmarshal(line, &rec); err != nil {
+				return fmt.Errorf("record %d of the export: %w", n, err)
+			}
+			// Other readers of the export (jq, a SIEM) see the line's
+			// keys as written, while Go's decoder ignores unknown ones,
+			// matches keys whatever their case and keeps the last of
+			// repeated ones: a line verified must be the very bytes
+			// export writes, or it could show one thing and verify
+			// another.
+			if canon, err := json.Marshal(rec); err != nil || !bytes.Equal(canon, line) {
+				return &api.AuditBreak{Seq: rec.Seq, Reason: fmt.Sprintf("record %d of the export is not as grid audit export writes it "+
+					"(a field added, repeated or in another case, or the line reformatted): it was edited", n)}
+			}
+			if err := fn(rec); err != nil {
+				return err
+			}
+		}
+		if end {
 			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("record %d of the export: %w", n, err)
-		}
-		if err := fn(rec); err != nil {
-			return err
 		}
 	}
 }

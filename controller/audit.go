@@ -9,8 +9,10 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -39,9 +41,20 @@ type auditLog struct {
 	lastHash string
 	read     time.Time
 	full     error
+	// room is what the stream had left when last looked at (-1: no
+	// cap), msgMax its largest record, written what this controller
+	// appended since, and inflight the calls between ready and their
+	// record: each holds room for a record of msgMax, so that calls
+	// passing ready together all find room when they append.
+	room     int64
+	msgMax   int64
+	written  int64
+	inflight int
 
-	// failed rate-limits the records of failed authentications.
-	failed authFailLimiter
+	// failed rate-limits the records of failed authentications (by
+	// source address), denied those of calls refused for a weak role (by
+	// token).
+	failed, denied authFailLimiter
 }
 
 // errAuditUnavailable marks an audit record that could not be written.
@@ -64,18 +77,32 @@ const maxAuditParams = 16 << 10
 // is known: to find it full before a call acts rather than after.
 const auditRecheck = 2 * time.Second
 
-// ready makes sure the chain's head is known and the stream has room,
-// reading it from the stream if need be: a mutating call is refused (503)
-// when this fails, before it acts.
-func (a *auditLog) ready(ctx context.Context) error {
+// ready makes sure the chain's head is known and the stream has room for
+// the call's record besides those of the calls in flight, reading it from
+// the stream if need be: a mutating call is refused (503) when this fails,
+// before it acts. On success the caller holds that room until it calls
+// done, after its record is appended.
+func (a *auditLog) ready(ctx context.Context) (done func(), err error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if !a.known || time.Since(a.read) > auditRecheck || a.full != nil {
 		if err := a.readHead(ctx); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	return a.full
+	if a.full != nil {
+		return nil, a.full
+	}
+	if a.room >= 0 && a.room-a.written < int64(a.inflight+1)*a.msgMax {
+		return nil, fmt.Errorf("%w: the audit stream is nearly full (%d bytes left under audit_max_bytes, %d calls in flight each holding room for a record of up to %d bytes): raise audit_max_bytes or shorten audit_retention",
+			errAuditUnavailable, max(a.room-a.written, 0), a.inflight, a.msgMax)
+	}
+	a.inflight++
+	return func() {
+		a.mu.Lock()
+		a.inflight--
+		a.mu.Unlock()
+	}, nil
 }
 
 // readHead reads the stream's last record. Called with mu held.
@@ -86,7 +113,10 @@ func (a *auditLog) readHead(ctx context.Context) error {
 	}
 	info := s.CachedInfo()
 	last := info.State.LastSeq
-	a.full = nil
+	a.full, a.room, a.written, a.msgMax = nil, -1, 0, int64(max(info.Config.MaxMsgSize, 0))
+	if cfg := info.Config; cfg.MaxBytes > 0 {
+		a.room = cfg.MaxBytes - int64(info.State.Bytes)
+	}
 	if cfg := info.Config; cfg.MaxBytes > 0 && int64(info.State.Bytes)+int64(max(cfg.MaxMsgSize, 0)) > cfg.MaxBytes {
 		// The next record might not fit (JetStream refuses one that
 		// passes the cap).
@@ -124,8 +154,9 @@ func (a *auditLog) append(ctx context.Context, rec api.AuditRecord) (api.AuditRe
 		rec.Time = time.Now().UTC()
 	}
 	rec.Controller = a.controller
+	cleanAuditStrings(&rec)
 	if len(rec.Params) > maxAuditParams {
-		rec.Params = json.RawMessage(`{"omitted_bytes":` + strconv.Itoa(len(rec.Params)) + `}`)
+		rec.Params = shrinkAuditParams(rec.Params, nil)
 	}
 	// One id for every try: a try whose answer was lost but that was
 	// stored makes the next try a duplicate JetStream drops (within its
@@ -153,6 +184,9 @@ func (a *auditLog) append(ctx context.Context, rec api.AuditRecord) (api.AuditRe
 			jetstream.WithExpectLastSequence(a.lastSeq), jetstream.WithMsgID(msgID))
 		if err == nil && ack.Sequence == rec.Seq {
 			a.lastSeq, a.lastHash = rec.Seq, rec.Hash
+			// What the stream stores per message beyond the data
+			// (subject, headers, index) is some 100 bytes.
+			a.written += int64(len(data)) + 128
 			return rec, nil
 		}
 		if err == nil && ack.Duplicate {
@@ -170,6 +204,90 @@ func (a *auditLog) append(ctx context.Context, rec api.AuditRecord) (api.AuditRe
 		}
 	}
 	return rec, fmt.Errorf("%w: %w", errAuditUnavailable, err)
+}
+
+// Bounds of a record's text fields. Names (tokens, nodes, jobs,
+// schedules) are at most 128 bytes; a longer one comes from a path nobody
+// could have acted on (a refused call's), and keeping it whole would let a
+// stranger's 1,000 recorded failures a day add up to 64 MiB a day, filling
+// the default audit_max_bytes within weeks and so refusing every change.
+const (
+	maxAuditName   = 256
+	maxAuditDetail = 2 << 10
+)
+
+// cleanAuditStrings makes every text field of rec valid UTF-8 and cuts the
+// overlong ones (a note of the bytes left out says so). Callers
+// put unescaped path values in records (/job/%ff/cancel), and JSON
+// encodes a byte that is not UTF-8 as the escape \ufffd while a reader
+// decodes it to the character U+FFFD, which it encodes as three raw bytes:
+// the hash computed here would never match the one verify computes, and a
+// single unauthenticated request would make the chain look edited.
+func cleanAuditStrings(rec *api.AuditRecord) {
+	for _, s := range []*string{&rec.Actor, &rec.Action, &rec.Route, &rec.Resource, &rec.Job, &rec.Node,
+		&rec.Detail, &rec.Remote, &rec.Controller} {
+		limit := maxAuditName
+		if s == &rec.Detail {
+			limit = maxAuditDetail
+		}
+		*s = cutAuditText(strings.ToValidUTF8(*s, "\uFFFD"), limit)
+	}
+	rec.Role = api.Role(strings.ToValidUTF8(string(rec.Role), "\uFFFD"))
+}
+
+// shrinkAuditParams makes params that are too large for a record fit: first
+// by cutting each long string in them (so that one padded value cannot
+// take the target, the actions and the other values out of the record),
+// then by brief (what the handler says must be kept: a job's target and
+// actions) with their size, and only if that is not enough by keeping
+// their size alone.
+func shrinkAuditParams(params json.RawMessage, brief map[string]any) json.RawMessage {
+	var v any
+	d := json.NewDecoder(bytes.NewReader(params))
+	d.UseNumber() // numbers as written, not rounded through float64
+	if err := d.Decode(&v); err == nil {
+		if b, err := json.Marshal(cutAuditStrings(v)); err == nil && len(b) <= maxAuditParams {
+			return b
+		}
+	}
+	if brief != nil {
+		brief["omitted_bytes"] = len(params)
+		if b, err := json.Marshal(brief); err == nil && len(b) <= maxAuditParams {
+			return b
+		}
+	}
+	return json.RawMessage(`{"omitted_bytes":` + strconv.Itoa(len(params)) + `}`)
+}
+
+// cutAuditStrings cuts every string in a decoded JSON value to
+// maxAuditName bytes.
+func cutAuditStrings(v any) any {
+	switch t := v.(type) {
+	case string:
+		return cutAuditText(t, maxAuditName)
+	case []any:
+		for i := range t {
+			t[i] = cutAuditStrings(t[i])
+		}
+	case map[string]any:
+		for k, e := range t {
+			t[k] = cutAuditStrings(e)
+		}
+	}
+	return v
+}
+
+// cutAuditText cuts s to about limit bytes, on a rune boundary, saying how
+// many bytes were left out.
+func cutAuditText(s string, limit int) string {
+	if len(s) <= limit {
+		return s
+	}
+	cut := limit
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…(" + strconv.Itoa(len(s)-cut) + " more bytes)"
 }
 
 // stored reads the record at seq, stored by an earlier try of an append
@@ -216,7 +334,10 @@ type auditNote struct {
 	job      string
 	node     string
 	params   any
-	detail   string
+	// brief is what params must keep when they are too large for a
+	// record.
+	brief  map[string]any
+	detail string
 }
 
 type auditNoteKey struct{}
@@ -268,8 +389,11 @@ func auditAction(pattern string) string {
 // without its record.
 func (c *Controller) auditedCall(w http.ResponseWriter, r *http.Request, rt route, p principal) {
 	ctx, cancel := context.WithTimeout(r.Context(), auditTimeout)
-	err := c.audit.ready(ctx)
+	done, err := c.audit.ready(ctx)
 	cancel()
+	if err == nil {
+		defer done()
+	}
 	if err != nil {
 		c.metrics.auditFailed.Inc()
 		c.log.Error("API call refused: audit trail unavailable", "method", r.Method, "path", r.URL.Path, "by", p.Name, "err", err)
@@ -279,7 +403,16 @@ func (c *Controller) auditedCall(w http.ResponseWriter, r *http.Request, rt rout
 	note := &auditNote{}
 	r = r.WithContext(context.WithValue(r.Context(), auditNoteKey{}, note))
 	bw := &bufferedWriter{header: http.Header{}, code: http.StatusOK}
-	rt.handler.ServeHTTP(bw, r)
+	if v := c.serveNoted(bw, r, rt.handler); v != nil {
+		// A handler that panicked may have acted before it did: the
+		// record says so, then the panic goes on to net/http, which
+		// logs it and drops the connection (no answer, so no success
+		// reported).
+		bw.code = http.StatusInternalServerError
+		note.detail = fmt.Sprintf("the handler panicked (%v); what it changed before is not known", v)
+		c.log.Error("API handler panicked", "method", r.Method, "path", r.URL.Path, "by", p.Name, "panic", v)
+		defer panic(v)
+	}
 	c.log.Info("API call", "method", r.Method, "path", r.URL.Path, "by", p.Name, "role", p.Role, "status", bw.code)
 
 	rec := api.AuditRecord{Actor: p.Name, Role: p.Role, Action: auditAction(rt.pattern), Route: rt.pattern, Outcome: bw.code,
@@ -290,10 +423,16 @@ func (c *Controller) auditedCall(w http.ResponseWriter, r *http.Request, rt rout
 	c.fillResource(r, &rec)
 	if note.params != nil {
 		if b, err := json.Marshal(note.params); err == nil {
+			if len(b) > maxAuditParams {
+				b = shrinkAuditParams(b, note.brief)
+			}
 			rec.Params = b
 		}
 	}
-	if _, err := c.audit.append(r.Context(), rec); err != nil {
+	// Not the request's context: a caller that hangs up cancels it, and
+	// what the call did must be recorded all the same (append bounds
+	// itself with auditTimeout).
+	if _, err := c.audit.append(context.WithoutCancel(r.Context()), rec); err != nil {
 		c.metrics.auditFailed.Inc()
 		c.log.Error("audit record not written after the call acted", "action", rec.Action, "resource", rec.Resource, "by", p.Name,
 			"status", bw.code, "err", err)
@@ -302,6 +441,14 @@ func (c *Controller) auditedCall(w http.ResponseWriter, r *http.Request, rt rout
 		return
 	}
 	bw.flushTo(w)
+}
+
+// serveNoted runs a handler, returning what it panicked with (nil if it
+// returned), so that the call is recorded either way.
+func (c *Controller) serveNoted(w http.ResponseWriter, r *http.Request, h http.Handler) (v any) {
+	defer func() { v = recover() }()
+	h.ServeHTTP(w, r)
+	return nil
 }
 
 // fillResource completes a record's resource, job and node from the route's
@@ -337,19 +484,27 @@ func (c *Controller) recordRefusal(r *http.Request, rt route, p principal, code 
 	if rt.pattern != "/" {
 		c.fillResource(r, &rec)
 	}
+	// Refusals acted on nothing, and anyone who reaches the API (401) or
+	// holds the weakest token (403) can cause them: both are recorded
+	// within limits, per source address or per token, so that a flood
+	// cannot fill the stream and through it refuse every change.
+	lim, key, what := &c.audit.denied, "token "+p.Name, "refused calls (role too weak)"
 	if code == http.StatusUnauthorized {
 		rec.Action = api.AuditAuthFailed
-		ok, dropped := c.audit.failed.allow(sourceOf(r.RemoteAddr), time.Now())
-		if !ok {
-			c.metrics.auditDropped.Inc()
-			return
-		}
-		if dropped > 0 {
-			rec.Detail = fmt.Sprintf("%d failed authentications before this one were not recorded (more than %d a minute from one source, %d a minute or %d a day from all)",
-				dropped, authFailPerSource, authFailTotal, authFailPerDay)
-		}
+		lim, key, what = &c.audit.failed, sourceOf(r.RemoteAddr), "failed authentications"
 	}
-	if _, err := c.audit.append(r.Context(), rec); err != nil {
+	ok, dropped := lim.allow(key, time.Now())
+	if !ok {
+		c.metrics.auditDropped.Inc()
+		return
+	}
+	if dropped > 0 {
+		rec.Detail = fmt.Sprintf("%d %s before this one were not recorded (more than %d a minute from one source or token, %d a minute or %d a day from all)",
+			dropped, what, authFailPerSource, authFailTotal, authFailPerDay)
+	}
+	// A caller that hangs up at once must not slip its refusal past the
+	// trail.
+	if _, err := c.audit.append(context.WithoutCancel(r.Context()), rec); err != nil {
 		c.metrics.auditFailed.Inc()
 		c.log.Error("audit record of a refused call not written", "path", r.URL.Path, "status", code, "err", err)
 	}

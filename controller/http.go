@@ -172,7 +172,9 @@ func (c *Controller) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		writeRefusal(w, err)
 		return
 	}
-	noteAudit(r, func(n *auditNote) { n.resource, n.params = job.ID, auditJobParams(job, true) })
+	noteAudit(r, func(n *auditNote) {
+		n.resource, n.params, n.brief = job.ID, auditJobParams(job, true), auditJobParams(job, false)
+	})
 	writeJSON(w, http.StatusAccepted, jobView(p, job))
 }
 

@@ -97,7 +97,7 @@ func newMetrics(c *Controller) *metrics {
 		}),
 		auditDropped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "grid_audit_auth_failures_dropped_total",
-			Help: "Failed authentications not recorded in the audit trail: more than the per-minute limit (per source or in all).",
+			Help: "Refused calls (401 and 403) not recorded in the audit trail: more than the limits (per source address or token, or in all).",
 		}),
 		jobNodes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "grid_job_nodes_total",
