@@ -272,6 +272,13 @@ func TestDashboardInBrowser(t *testing.T) {
 
 		before := len(g.requests())
 		signIn(t, tab, base, opsToken)
+		// Signed in, the overview is the landing page.
+		waitJS(t, tab, 15*time.Second, "three online nodes in the overview",
+			`location.hash === '#/overview' && document.getElementById('ov-online').textContent === '3'`)
+		if got := eval[string](t, tab, `document.getElementById('ov-offline').textContent`); got != "0" {
+			t.Errorf("overview's offline count %q", got)
+		}
+		do(t, tab, 10*time.Second, "open the fleet view", chromedp.Click(chromedp.ID("nav-fleet")))
 		waitJS(t, tab, 15*time.Second, "three online nodes in the fleet view",
 			`document.querySelectorAll('#fleet-table tr[data-node] .st-online').length === 3`)
 		if got := eval[string](t, tab, `document.getElementById('fleet-online').textContent`); got != "3" {
@@ -297,7 +304,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		defer cancel()
 		tab := newTab(t, browser)
 		signIn(t, tab, base, opsToken)
-		waitJS(t, tab, 10*time.Second, "the fleet view", `location.hash === '#/fleet'`)
+		waitJS(t, tab, 10*time.Second, "the overview", `location.hash === '#/overview'`)
 		j, err := f.Client().SubmitJob(ctx, &api.JobSpec{Target: api.Target{Scope: api.ScopeAll}, Tasks: []api.Phase{
 			{Backend: "ping", Action: "sleep", Params: api.Params{"duration": "2s"}},
 			{Backend: "ping", Action: "echo", Params: api.Params{"message": "hello from the grid"}},
@@ -368,7 +375,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		tab := newTab(t, browser)
 		do(t, tab, 5*time.Second, "a 1400×900 window", chromedp.EmulateViewport(1400, 900))
 		signIn(t, tab, base, opsToken)
-		waitJS(t, tab, 10*time.Second, "the fleet view", `location.hash === '#/fleet'`)
+		waitJS(t, tab, 10*time.Second, "the overview", `location.hash === '#/overview'`)
 		do(t, tab, 10*time.Second, "open the job", chromedp.Evaluate[chromedp.Void](`location.hash = '#/job/`+j.ID+`'`))
 		waitJS(t, tab, 30*time.Second, "the job to end", `document.body.dataset.jobEnded === '`+j.ID+`'`)
 
@@ -426,7 +433,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		// A read token may view the job but not cancel it: the page says
 		// so and keeps showing the job.
 		signIn(t, tab, base, readToken)
-		waitJS(t, tab, 10*time.Second, "the fleet view", `location.hash === '#/fleet'`)
+		waitJS(t, tab, 10*time.Second, "the overview", `location.hash === '#/overview'`)
 		open()
 		do(t, tab, 5*time.Second, "cancel, confirm", chromedp.Click(chromedp.ID("job-cancel")), chromedp.Click(chromedp.ID("job-cancel")))
 		waitJS(t, tab, 10*time.Second, "the refusal", `document.getElementById('job-msg').textContent.includes('Not allowed to cancel') && document.getElementById('job-msg').textContent.includes('needs role operator')`)
@@ -491,7 +498,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		}
 		tab := newTab(t, browser)
 		signIn(t, tab, base, readToken)
-		waitJS(t, tab, 10*time.Second, "the fleet view", `location.hash === '#/fleet'`)
+		waitJS(t, tab, 10*time.Second, "the overview", `location.hash === '#/overview'`)
 		do(t, tab, 10*time.Second, "open the schedules view", chromedp.Click(chromedp.ID("nav-schedules")))
 		row := `document.querySelector('#schedules-table tr[data-schedule="nightly-ping"]')`
 		waitJS(t, tab, 10*time.Second, "the schedule listed", `!!`+row+` && `+row+`.querySelector('.state').textContent === 'active'`)
@@ -550,7 +557,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		// The schedule's pause and resume above were ops's.
 		tab := newTab(t, browser)
 		signIn(t, tab, base, opsToken)
-		waitJS(t, tab, 10*time.Second, "the fleet view", `location.hash === '#/fleet'`)
+		waitJS(t, tab, 10*time.Second, "the overview", `location.hash === '#/overview'`)
 		do(t, tab, 10*time.Second, "open the audit view as an operator", chromedp.Click(chromedp.ID("nav-audit")))
 		waitJS(t, tab, 10*time.Second, "the refusal, still signed in",
 			`document.getElementById('audit-msg').textContent.includes('Not allowed') && location.hash === '#/audit' && !!sessionStorage.getItem('grid.token')`)
@@ -580,7 +587,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		// A reader is not offered the launcher, and is told why on its page.
 		tab := newTab(t, browser)
 		signIn(t, tab, base, readToken)
-		waitJS(t, tab, 10*time.Second, "the fleet view", `location.hash === '#/fleet'`)
+		waitJS(t, tab, 10*time.Second, "the overview", `location.hash === '#/overview'`)
 		do(t, tab, 5*time.Second, "open the launcher", chromedp.Evaluate[chromedp.Void](`location.hash = '#/launch'`))
 		waitJS(t, tab, 10*time.Second, "the refusal", `document.getElementById('launch-msg').textContent.includes('may not submit jobs') && document.getElementById('launch-form').hidden`)
 		if !eval[bool](t, tab, `document.getElementById('nav-launch').hidden`) {
@@ -589,7 +596,7 @@ func TestDashboardInBrowser(t *testing.T) {
 
 		tab = newTab(t, browser)
 		signIn(t, tab, base, opsToken)
-		waitJS(t, tab, 10*time.Second, "the launcher in the menu", `location.hash === '#/fleet' && !document.getElementById('nav-launch').hidden`)
+		waitJS(t, tab, 10*time.Second, "the launcher in the menu", `location.hash === '#/overview' && !document.getElementById('nav-launch').hidden`)
 		do(t, tab, 5*time.Second, "open the launcher", chromedp.Click(chromedp.ID("nav-launch")))
 		waitJS(t, tab, 10*time.Second, "the catalog", `!!document.querySelector('#launch-action option[value="ping.sleep"]')`)
 		if !eval[bool](t, tab, `document.querySelector('#launch-action option[value="apt.remove"]').disabled`) {
@@ -648,9 +655,86 @@ func TestDashboardInBrowser(t *testing.T) {
 		}
 	})
 
+	t.Run("the overview: counts, charts, a failure leads to its job", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		var bad *api.Job
+		for _, tasks := range [][]api.Phase{{{Backend: "test", Action: "fail"}}, {{Backend: "ping", Action: "echo"}}} {
+			j, err := f.Client().SubmitJob(ctx, &api.JobSpec{Target: api.Target{Scope: api.ScopeNode, Value: "node-2"}, Tasks: tasks})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if j, err = f.Client().WaitJob(ctx, j.ID); err != nil {
+				t.Fatal(err)
+			}
+			if bad == nil {
+				bad = j
+			}
+		}
+		if bad.Status != api.JobFailed {
+			t.Fatalf("job %s ended %s, want failed", bad.ID, bad.Status)
+		}
+		tab := newTab(t, browser)
+		signIn(t, tab, base, readToken)
+		waitJS(t, tab, 10*time.Second, "the overview", `location.hash === '#/overview' && document.getElementById('ov-online').textContent === '3'`)
+		// What the overview should say, from the controller's job list:
+		// every job of this test was made within the hour. The page
+		// refreshes every 2s; wait for it to agree.
+		var want map[string]int
+		for {
+			jobs, err := f.Client().ListJobs(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want = map[string]int{"submitted": len(jobs)}
+			for _, j := range jobs {
+				if j.Status.Terminal() {
+					want[string(j.Status)]++
+				}
+			}
+			js := fmt.Sprintf(`(() => {
+				const k = (w, key) => (document.querySelector('#ov-' + w + '-rates [data-k="' + key + '"]') || {}).textContent || '';
+				return ['hour', 'day'].every((w) => k(w, 'submitted').startsWith('%d submitted') && k(w, 'completed').startsWith('completed %d (') &&
+					k(w, 'failed').startsWith('failed %d (') && k(w, 'cancelled').startsWith('cancelled %d ('));
+			})()`, want["submitted"], want["completed"], want["failed"], want["cancelled"])
+			if eval[bool](t, tab, js) {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				snap(t, tab, "overview-counts")
+				t.Fatalf("the overview never showed %v: %s", want, eval[string](t, tab, `document.getElementById('ov-hour-rates').textContent`))
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+		// The hour's chart draws each failure once, in its minute's bar.
+		drawn := eval[int](t, tab, `[...document.querySelectorAll('#ov-hour rect.b-failed title')].reduce((a, e) => a + parseInt(e.textContent.split(': ')[1], 10), 0)`)
+		if drawn != want["failed"] {
+			t.Errorf("the hour's chart draws %d failed jobs, want %d", drawn, want["failed"])
+		}
+		if n := eval[int](t, tab, `document.querySelectorAll('#ov-day rect').length`); n == 0 {
+			t.Errorf("the day's chart draws no bar")
+		}
+		if got := eval[string](t, tab, `document.getElementById('ov-ctl-table').tBodies[0].textContent`); !strings.Contains(got, "online") {
+			t.Errorf("controllers: %s", got)
+		}
+		if n := eval[int](t, tab, `document.querySelectorAll('#ov-streams tr[data-stream] .st-healthy').length`); n == 0 {
+			t.Errorf("no healthy stream listed: %s", eval[string](t, tab, `document.getElementById('ov-streams').textContent`))
+		}
+		snap(t, tab, "overview")
+		row := `#ov-failures tr[data-job="` + bad.ID + `"]`
+		if got := eval[string](t, tab, `(document.querySelector('`+row+`') || {}).textContent || ''`); !strings.Contains(got, "failed") || !strings.Contains(got, "node:node-2") {
+			t.Errorf("the failure's row: %q", got)
+		}
+		do(t, tab, 10*time.Second, "follow the failure's link", chromedp.Click(chromedp.CSS(row+` a`)))
+		waitJS(t, tab, 10*time.Second, "the failed job's page", `location.hash === '#/job/`+bad.ID+`' && document.getElementById('job-status').textContent === 'failed'`)
+	})
+
 	t.Run("see a node go offline", func(t *testing.T) {
 		tab := newTab(t, browser)
 		signIn(t, tab, base, opsToken)
+		waitJS(t, tab, 10*time.Second, "the overview", `location.hash === '#/overview'`)
+		do(t, tab, 10*time.Second, "open the fleet view", chromedp.Click(chromedp.ID("nav-fleet")))
 		waitJS(t, tab, 15*time.Second, "node-3 online", `(document.querySelector('#fleet-table tr[data-node="node-3"] .status') || {}).textContent === 'online' && !!document.body.dataset.fleetRenders`)
 		renders := eval[int](t, tab, `Number(document.body.dataset.fleetRenders || 0)`)
 		if err := f.KillAgent("node-3"); err != nil {
@@ -681,7 +765,8 @@ func TestDashboardInBrowser(t *testing.T) {
 		}
 		tab := newTab(t, browser)
 		signIn(t, tab, base, readToken)
-		waitJS(t, tab, 10*time.Second, "the fleet view", `location.hash === '#/fleet'`)
+		waitJS(t, tab, 10*time.Second, "the overview", `location.hash === '#/overview'`)
+		do(t, tab, 10*time.Second, "open the fleet view", chromedp.Click(chromedp.ID("nav-fleet")))
 		// Node ids in the fleet view lead to the node's page.
 		do(t, tab, 10*time.Second, "follow node-1's link", chromedp.Click(chromedp.CSS(`#fleet-table tr[data-node="node-1"] a.nodelink`)))
 		waitJS(t, tab, 10*time.Second, "node-1's page with the job, node-1 succeeded in it",
@@ -916,7 +1001,7 @@ func TestJobView1000NodesLive(t *testing.T) {
 	g := startGate(t, f)
 	tab := newTab(t, browser)
 	signIn(t, tab, g.srv.URL, opsToken)
-	waitJS(t, tab, 10*time.Second, "the fleet view", `location.hash === '#/fleet'`)
+	waitJS(t, tab, 10*time.Second, "the overview", `location.hash === '#/overview'`)
 	do(t, tab, 5*time.Second, "watch for long tasks", chromedp.Evaluate[chromedp.Void](`
 		window.__long = [];
 		new PerformanceObserver((l) => { for (const e of l.getEntries()) window.__long.push(e.duration); }).observe({ type: 'longtask', buffered: false });`))
