@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -13,6 +14,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -858,8 +860,38 @@ func TestFleetView10kNodes(t *testing.T) {
 	defer cancel()
 	putNodes(t, ctx, f, total)
 
+	jobs := putJobs(t, ctx, f, 2000)
+
+	// The landing page, over 10,000 nodes and 2,000 jobs of the last day:
+	// a cold load (reload; the tab keeps its token) timed from the
+	// navigation to the counts, tables and both charts painted.
 	tab := newTab(t, browser)
 	signIn(t, tab, g.srv.URL, opsToken)
+	waitJS(t, tab, 30*time.Second, "the overview over 10,000 nodes and 2,000 jobs", fmt.Sprintf(
+		`document.getElementById('ov-nodes').textContent === '10,000' && (document.querySelector('#ov-day-rates [data-k="failed"]') || {}).textContent === 'failed %s (%s)'`,
+		thousands(jobs["failed"]), percent(jobs["failed"], 2000)))
+	do(t, tab, 15*time.Second, "reload the overview", chromedp.Reload())
+	waitJS(t, tab, 15*time.Second, "the overview's first render", `document.body.dataset.overviewRenders === '1'`)
+	ovLoad := eval[float64](t, tab, `performance.now()`)
+	ovFetchRender := eval[float64](t, tab, `Number(document.body.dataset.overviewRenderMs)`)
+	ovReads := eval[[]float64](t, tab, `['/status', '/controllers', '/jobs/stats?window=1h', '/jobs/stats?window=24h'].map((p) => (performance.getEntriesByType('resource').find((e) => e.name.endsWith(p)) || { duration: -1 }).duration)`)
+	if got := eval[string](t, tab, `document.getElementById('ov-offline').textContent`); got != "1,000" {
+		t.Errorf("overview's offline count %q, want 1,000", got)
+	}
+	for _, k := range []string{"completed", "partial_failure", "cancelled"} {
+		want := fmt.Sprintf("%s %s (%s)", strings.ReplaceAll(k, "_", " "), thousands(jobs[k]), percent(jobs[k], 2000))
+		if got := eval[string](t, tab, `document.querySelector('#ov-day-rates [data-k="`+k+`"]').textContent`); got != want {
+			t.Errorf("the day's %s: %q, want %q", k, got, want)
+		}
+	}
+	if n := eval[int](t, tab, `document.querySelectorAll('#ov-failures tr[data-job]').length`); n != 10 {
+		t.Errorf("%d recent failures listed, want 10", n)
+	}
+	snap(t, tab, "overview-10k")
+	t.Logf("overview, %d nodes and 2,000 jobs: page load to counts and charts painted %.0f ms (reads and render %.0f ms; GET /status %.0f ms, GET /controllers %.0f ms, GET /jobs/stats 1h %.0f ms, 24h %.0f ms); load average %s",
+		total, ovLoad, ovFetchRender, ovReads[0], ovReads[1], ovReads[2], ovReads[3], loadAvg())
+
+	do(t, tab, 5*time.Second, "open the fleet view", chromedp.Evaluate[chromedp.Void](`location.hash = '#/fleet'`))
 	waitJS(t, tab, 30*time.Second, "10,000 nodes counted", `document.getElementById('fleet-total').textContent === '10,000'`)
 	// A cold load: reload (the tab keeps its token) and time from the
 	// navigation to the first page of nodes painted with the counts.
@@ -896,6 +928,8 @@ func TestFleetView10kNodes(t *testing.T) {
 	// from the fleet's link to the page painted.
 	tab = newTab(t, browser)
 	signIn(t, tab, g.srv.URL, adminToken)
+	waitJS(t, tab, 10*time.Second, "the overview", `location.hash === '#/overview'`)
+	do(t, tab, 5*time.Second, "open the fleet view", chromedp.Evaluate[chromedp.Void](`location.hash = '#/fleet'`))
 	waitJS(t, tab, 30*time.Second, "the fleet's first page", `!!document.querySelector('#fleet-table a.nodelink')`)
 	do(t, tab, 10*time.Second, "open a node's page", chromedp.Click(chromedp.CSS(`#fleet-table tr[data-node="node-00005"] a.nodelink`)))
 	waitJS(t, tab, 15*time.Second, "the node's page", `document.body.dataset.nodeRenders === '1' && document.getElementById('node-h').textContent === 'Node node-00005'`)
@@ -906,6 +940,87 @@ func TestFleetView10kNodes(t *testing.T) {
 	}
 	t.Logf("node page, %d nodes: reads and render %.0f ms (GET /node/{id} %.0f ms, GET /node/{id}/jobs %.0f ms, GET /enrollments?node= %.0f ms)",
 		total, nodeMs, reads[0], reads[1], reads[2])
+}
+
+// putJobs stores n finished jobs spread over the last day (every tenth
+// failed, every 25th partly failed, every 50th cancelled, the rest
+// completed), as controllers would have written them, waits for the job
+// index to hold them all, and returns the count of each outcome.
+func putJobs(t *testing.T, ctx context.Context, f *fleet.Fleet, n int) map[string]int {
+	t.Helper()
+	kv, err := fleettest.JetStream(t, f).KeyValue(ctx, api.BucketJobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := map[string]int{}
+	now := time.Now().UTC()
+	for i := range n {
+		st := api.JobCompleted
+		switch {
+		case i%50 == 0:
+			st = api.JobCancelled
+		case i%25 == 0:
+			st = api.JobPartialFailure
+		case i%10 == 0:
+			st = api.JobFailed
+		}
+		counts[string(st)]++
+		// Within the day's window whatever minute the page is read in.
+		fin := now.Add(-time.Duration(i) * 23 * time.Hour / time.Duration(n))
+		created := fin.Add(-time.Second)
+		j := api.Job{ID: fmt.Sprintf("job-%05d", i), Target: api.Target{Scope: api.ScopeGroup, Value: "dc1"},
+			Tasks: []api.Phase{{Backend: "ping", Action: "echo"}}, Status: st, CreatedAt: created, UpdatedAt: fin,
+			StartedAt: &created, FinishedAt: &fin}
+		if st != api.JobCompleted {
+			j.Error = "step 0 failed on node-00001"
+		}
+		b, err := json.Marshal(j)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := kv.Put(ctx, j.ID, b); err != nil {
+			t.Fatalf("put job %s: %v", j.ID, err)
+		}
+	}
+	for {
+		st, err := f.Client().Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Jobs.Total >= n {
+			return counts
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the controller holds %d of %d jobs", st.Jobs.Total, n)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// thousands writes n as the dashboard does ("2,000").
+func thousands(n int) string {
+	s := strconv.Itoa(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}
+
+// percent writes n of all as the dashboard does: to a tenth, no
+// trailing zero ("8%", "12.5%").
+func percent(n, all int) string {
+	return strconv.FormatFloat(math.Round(1000*float64(n)/float64(all))/10, 'f', -1, 64) + "%"
+}
+
+// loadAvg is the machine's load average (1, 5 and 15 minutes), to read a
+// timing by.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	return strings.Join(strings.Fields(string(b))[:3], " ")
 }
 
 // putNodes registers n nodes in the fleet's nodes bucket (every tenth
