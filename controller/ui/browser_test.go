@@ -679,12 +679,13 @@ func TestDashboardInBrowser(t *testing.T) {
 		tab := newTab(t, browser)
 		signIn(t, tab, base, readToken)
 		waitJS(t, tab, 10*time.Second, "the overview", `location.hash === '#/overview' && document.getElementById('ov-online').textContent === '3'`)
-		// What the overview should say, from the controller's job list:
-		// every job of this test was made within the hour. The page
+		// What the overview should say, from the controller's job list
+		// (one page holds them all): every job of this test was made
+		// within the hour. The page
 		// refreshes every 2s; wait for it to agree.
 		var want map[string]int
 		for {
-			jobs, err := f.Client().ListJobs(ctx)
+			jobs, err := f.Client().ListJobsPage(ctx, api.JobQuery{Limit: 1000})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -697,8 +698,9 @@ func TestDashboardInBrowser(t *testing.T) {
 			js := fmt.Sprintf(`(() => {
 				const k = (w, key) => (document.querySelector('#ov-' + w + '-rates [data-k="' + key + '"]') || {}).textContent || '';
 				return ['hour', 'day'].every((w) => k(w, 'submitted').startsWith('%d submitted') && k(w, 'completed').startsWith('completed %d (') &&
-					k(w, 'failed').startsWith('failed %d (') && k(w, 'cancelled').startsWith('cancelled %d ('));
-			})()`, want["submitted"], want["completed"], want["failed"], want["cancelled"])
+					k(w, 'failed').startsWith('failed %d (') && k(w, 'cancelled').startsWith('cancelled %d (') &&
+					k(w, 'partial_failure').startsWith('partial failure %d ('));
+			})()`, want["submitted"], want["completed"], want["failed"], want["cancelled"], want["partial_failure"])
 			if eval[bool](t, tab, js) {
 				break
 			}
