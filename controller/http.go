@@ -57,6 +57,7 @@ func (c *Controller) apiRoutes() []route {
 		{"GET /job/{id}/events", api.RoleRead, h(c.views.handleJobEvents)},
 		{"GET /schedules/page", api.RoleRead, h(c.handleSchedulesPage)},
 		{"GET /node/{id}/jobs", api.RoleRead, h(c.handleNodeJobs)},
+		{"GET /jobs/stats", api.RoleRead, h(c.handleJobStats)},
 		{"GET /whoami", api.RoleMetrics, h(c.handleWhoami)},
 		// Any token may scrape; a metrics-role token may do nothing else.
 		{"GET /metrics", api.RoleMetrics, c.metrics.handler()},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -13,6 +14,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -272,6 +274,13 @@ func TestDashboardInBrowser(t *testing.T) {
 
 		before := len(g.requests())
 		signIn(t, tab, base, opsToken)
+		// Signed in, the overview is the landing page.
+		waitJS(t, tab, 15*time.Second, "three online nodes in the overview",
+			`location.hash === '#/overview' && document.getElementById('ov-online').textContent === '3'`)
+		if got := eval[string](t, tab, `document.getElementById('ov-offline').textContent`); got != "0" {
+			t.Errorf("overview's offline count %q", got)
+		}
+		do(t, tab, 10*time.Second, "open the fleet view", chromedp.Click(chromedp.ID("nav-fleet")))
 		waitJS(t, tab, 15*time.Second, "three online nodes in the fleet view",
 			`document.querySelectorAll('#fleet-table tr[data-node] .st-online').length === 3`)
 		if got := eval[string](t, tab, `document.getElementById('fleet-online').textContent`); got != "3" {
@@ -297,7 +306,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		defer cancel()
 		tab := newTab(t, browser)
 		signIn(t, tab, base, opsToken)
-		waitJS(t, tab, 10*time.Second, "the fleet view", `location.hash === '#/fleet'`)
+		waitJS(t, tab, 10*time.Second, "the overview", `location.hash === '#/overview'`)
 		j, err := f.Client().SubmitJob(ctx, &api.JobSpec{Target: api.Target{Scope: api.ScopeAll}, Tasks: []api.Phase{
 			{Backend: "ping", Action: "sleep", Params: api.Params{"duration": "2s"}},
 			{Backend: "ping", Action: "echo", Params: api.Params{"message": "hello from the grid"}},
@@ -368,7 +377,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		tab := newTab(t, browser)
 		do(t, tab, 5*time.Second, "a 1400×900 window", chromedp.EmulateViewport(1400, 900))
 		signIn(t, tab, base, opsToken)
-		waitJS(t, tab, 10*time.Second, "the fleet view", `location.hash === '#/fleet'`)
+		waitJS(t, tab, 10*time.Second, "the overview", `location.hash === '#/overview'`)
 		do(t, tab, 10*time.Second, "open the job", chromedp.Evaluate[chromedp.Void](`location.hash = '#/job/`+j.ID+`'`))
 		waitJS(t, tab, 30*time.Second, "the job to end", `document.body.dataset.jobEnded === '`+j.ID+`'`)
 
@@ -426,7 +435,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		// A read token may view the job but not cancel it: the page says
 		// so and keeps showing the job.
 		signIn(t, tab, base, readToken)
-		waitJS(t, tab, 10*time.Second, "the fleet view", `location.hash === '#/fleet'`)
+		waitJS(t, tab, 10*time.Second, "the overview", `location.hash === '#/overview'`)
 		open()
 		do(t, tab, 5*time.Second, "cancel, confirm", chromedp.Click(chromedp.ID("job-cancel")), chromedp.Click(chromedp.ID("job-cancel")))
 		waitJS(t, tab, 10*time.Second, "the refusal", `document.getElementById('job-msg').textContent.includes('Not allowed to cancel') && document.getElementById('job-msg').textContent.includes('needs role operator')`)
@@ -491,7 +500,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		}
 		tab := newTab(t, browser)
 		signIn(t, tab, base, readToken)
-		waitJS(t, tab, 10*time.Second, "the fleet view", `location.hash === '#/fleet'`)
+		waitJS(t, tab, 10*time.Second, "the overview", `location.hash === '#/overview'`)
 		do(t, tab, 10*time.Second, "open the schedules view", chromedp.Click(chromedp.ID("nav-schedules")))
 		row := `document.querySelector('#schedules-table tr[data-schedule="nightly-ping"]')`
 		waitJS(t, tab, 10*time.Second, "the schedule listed", `!!`+row+` && `+row+`.querySelector('.state').textContent === 'active'`)
@@ -550,7 +559,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		// The schedule's pause and resume above were ops's.
 		tab := newTab(t, browser)
 		signIn(t, tab, base, opsToken)
-		waitJS(t, tab, 10*time.Second, "the fleet view", `location.hash === '#/fleet'`)
+		waitJS(t, tab, 10*time.Second, "the overview", `location.hash === '#/overview'`)
 		do(t, tab, 10*time.Second, "open the audit view as an operator", chromedp.Click(chromedp.ID("nav-audit")))
 		waitJS(t, tab, 10*time.Second, "the refusal, still signed in",
 			`document.getElementById('audit-msg').textContent.includes('Not allowed') && location.hash === '#/audit' && !!sessionStorage.getItem('grid.token')`)
@@ -580,7 +589,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		// A reader is not offered the launcher, and is told why on its page.
 		tab := newTab(t, browser)
 		signIn(t, tab, base, readToken)
-		waitJS(t, tab, 10*time.Second, "the fleet view", `location.hash === '#/fleet'`)
+		waitJS(t, tab, 10*time.Second, "the overview", `location.hash === '#/overview'`)
 		do(t, tab, 5*time.Second, "open the launcher", chromedp.Evaluate[chromedp.Void](`location.hash = '#/launch'`))
 		waitJS(t, tab, 10*time.Second, "the refusal", `document.getElementById('launch-msg').textContent.includes('may not submit jobs') && document.getElementById('launch-form').hidden`)
 		if !eval[bool](t, tab, `document.getElementById('nav-launch').hidden`) {
@@ -589,7 +598,7 @@ func TestDashboardInBrowser(t *testing.T) {
 
 		tab = newTab(t, browser)
 		signIn(t, tab, base, opsToken)
-		waitJS(t, tab, 10*time.Second, "the launcher in the menu", `location.hash === '#/fleet' && !document.getElementById('nav-launch').hidden`)
+		waitJS(t, tab, 10*time.Second, "the launcher in the menu", `location.hash === '#/overview' && !document.getElementById('nav-launch').hidden`)
 		do(t, tab, 5*time.Second, "open the launcher", chromedp.Click(chromedp.ID("nav-launch")))
 		waitJS(t, tab, 10*time.Second, "the catalog", `!!document.querySelector('#launch-action option[value="ping.sleep"]')`)
 		if !eval[bool](t, tab, `document.querySelector('#launch-action option[value="apt.remove"]').disabled`) {
@@ -648,9 +657,88 @@ func TestDashboardInBrowser(t *testing.T) {
 		}
 	})
 
+	t.Run("the overview: counts, charts, a failure leads to its job", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		var bad *api.Job
+		for _, tasks := range [][]api.Phase{{{Backend: "test", Action: "fail"}}, {{Backend: "ping", Action: "echo"}}} {
+			j, err := f.Client().SubmitJob(ctx, &api.JobSpec{Target: api.Target{Scope: api.ScopeNode, Value: "node-2"}, Tasks: tasks})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if j, err = f.Client().WaitJob(ctx, j.ID); err != nil {
+				t.Fatal(err)
+			}
+			if bad == nil {
+				bad = j
+			}
+		}
+		if bad.Status != api.JobFailed {
+			t.Fatalf("job %s ended %s, want failed", bad.ID, bad.Status)
+		}
+		tab := newTab(t, browser)
+		signIn(t, tab, base, readToken)
+		waitJS(t, tab, 10*time.Second, "the overview", `location.hash === '#/overview' && document.getElementById('ov-online').textContent === '3'`)
+		// What the overview should say, from the controller's job list
+		// (one page holds them all): every job of this test was made
+		// within the hour. The page
+		// refreshes every 2s; wait for it to agree.
+		var want map[string]int
+		for {
+			jobs, err := f.Client().ListJobsPage(ctx, api.JobQuery{Limit: 1000})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want = map[string]int{"submitted": len(jobs)}
+			for _, j := range jobs {
+				if j.Status.Terminal() {
+					want[string(j.Status)]++
+				}
+			}
+			js := fmt.Sprintf(`(() => {
+				const k = (w, key) => (document.querySelector('#ov-' + w + '-rates [data-k="' + key + '"]') || {}).textContent || '';
+				return ['hour', 'day'].every((w) => k(w, 'submitted').startsWith('%d submitted') && k(w, 'completed').startsWith('completed %d (') &&
+					k(w, 'failed').startsWith('failed %d (') && k(w, 'cancelled').startsWith('cancelled %d (') &&
+					k(w, 'partial_failure').startsWith('partial failure %d ('));
+			})()`, want["submitted"], want["completed"], want["failed"], want["cancelled"], want["partial_failure"])
+			if eval[bool](t, tab, js) {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				snap(t, tab, "overview-counts")
+				t.Fatalf("the overview never showed %v: %s", want, eval[string](t, tab, `document.getElementById('ov-hour-rates').textContent`))
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+		// The hour's chart draws each failure once, in its minute's bar.
+		drawn := eval[int](t, tab, `[...document.querySelectorAll('#ov-hour rect.b-failed title')].reduce((a, e) => a + parseInt(e.textContent.split(': ')[1], 10), 0)`)
+		if drawn != want["failed"] {
+			t.Errorf("the hour's chart draws %d failed jobs, want %d", drawn, want["failed"])
+		}
+		if n := eval[int](t, tab, `document.querySelectorAll('#ov-day rect').length`); n == 0 {
+			t.Errorf("the day's chart draws no bar")
+		}
+		if got := eval[string](t, tab, `document.getElementById('ov-ctl-table').tBodies[0].textContent`); !strings.Contains(got, "online") {
+			t.Errorf("controllers: %s", got)
+		}
+		if n := eval[int](t, tab, `document.querySelectorAll('#ov-streams tr[data-stream] .st-healthy').length`); n == 0 {
+			t.Errorf("no healthy stream listed: %s", eval[string](t, tab, `document.getElementById('ov-streams').textContent`))
+		}
+		snap(t, tab, "overview")
+		row := `#ov-failures tr[data-job="` + bad.ID + `"]`
+		if got := eval[string](t, tab, `(document.querySelector('`+row+`') || {}).textContent || ''`); !strings.Contains(got, "failed") || !strings.Contains(got, "node:node-2") {
+			t.Errorf("the failure's row: %q", got)
+		}
+		do(t, tab, 10*time.Second, "follow the failure's link", chromedp.Click(chromedp.CSS(row+` a`)))
+		waitJS(t, tab, 10*time.Second, "the failed job's page", `location.hash === '#/job/`+bad.ID+`' && document.getElementById('job-status').textContent === 'failed'`)
+	})
+
 	t.Run("see a node go offline", func(t *testing.T) {
 		tab := newTab(t, browser)
 		signIn(t, tab, base, opsToken)
+		waitJS(t, tab, 10*time.Second, "the overview", `location.hash === '#/overview'`)
+		do(t, tab, 10*time.Second, "open the fleet view", chromedp.Click(chromedp.ID("nav-fleet")))
 		waitJS(t, tab, 15*time.Second, "node-3 online", `(document.querySelector('#fleet-table tr[data-node="node-3"] .status') || {}).textContent === 'online' && !!document.body.dataset.fleetRenders`)
 		renders := eval[int](t, tab, `Number(document.body.dataset.fleetRenders || 0)`)
 		if err := f.KillAgent("node-3"); err != nil {
@@ -681,7 +769,8 @@ func TestDashboardInBrowser(t *testing.T) {
 		}
 		tab := newTab(t, browser)
 		signIn(t, tab, base, readToken)
-		waitJS(t, tab, 10*time.Second, "the fleet view", `location.hash === '#/fleet'`)
+		waitJS(t, tab, 10*time.Second, "the overview", `location.hash === '#/overview'`)
+		do(t, tab, 10*time.Second, "open the fleet view", chromedp.Click(chromedp.ID("nav-fleet")))
 		// Node ids in the fleet view lead to the node's page.
 		do(t, tab, 10*time.Second, "follow node-1's link", chromedp.Click(chromedp.CSS(`#fleet-table tr[data-node="node-1"] a.nodelink`)))
 		waitJS(t, tab, 10*time.Second, "node-1's page with the job, node-1 succeeded in it",
@@ -773,8 +862,38 @@ func TestFleetView10kNodes(t *testing.T) {
 	defer cancel()
 	putNodes(t, ctx, f, total)
 
+	jobs := putJobs(t, ctx, f, 2000)
+
+	// The landing page, over 10,000 nodes and 2,000 jobs of the last day:
+	// a cold load (reload; the tab keeps its token) timed from the
+	// navigation to the counts, tables and both charts painted.
 	tab := newTab(t, browser)
 	signIn(t, tab, g.srv.URL, opsToken)
+	waitJS(t, tab, 30*time.Second, "the overview over 10,000 nodes and 2,000 jobs", fmt.Sprintf(
+		`document.getElementById('ov-nodes').textContent === '10,000' && (document.querySelector('#ov-day-rates [data-k="failed"]') || {}).textContent === 'failed %s (%s)'`,
+		thousands(jobs["failed"]), percent(jobs["failed"], 2000)))
+	do(t, tab, 15*time.Second, "reload the overview", chromedp.Reload())
+	waitJS(t, tab, 15*time.Second, "the overview's first render", `document.body.dataset.overviewRenders === '1'`)
+	ovLoad := eval[float64](t, tab, `performance.now()`)
+	ovFetchRender := eval[float64](t, tab, `Number(document.body.dataset.overviewRenderMs)`)
+	ovReads := eval[[]float64](t, tab, `['/status', '/controllers', '/jobs/stats?window=1h', '/jobs/stats?window=24h'].map((p) => (performance.getEntriesByType('resource').find((e) => e.name.endsWith(p)) || { duration: -1 }).duration)`)
+	if got := eval[string](t, tab, `document.getElementById('ov-offline').textContent`); got != "1,000" {
+		t.Errorf("overview's offline count %q, want 1,000", got)
+	}
+	for _, k := range []string{"completed", "partial_failure", "cancelled"} {
+		want := fmt.Sprintf("%s %s (%s)", strings.ReplaceAll(k, "_", " "), thousands(jobs[k]), percent(jobs[k], 2000))
+		if got := eval[string](t, tab, `document.querySelector('#ov-day-rates [data-k="`+k+`"]').textContent`); got != want {
+			t.Errorf("the day's %s: %q, want %q", k, got, want)
+		}
+	}
+	if n := eval[int](t, tab, `document.querySelectorAll('#ov-failures tr[data-job]').length`); n != 10 {
+		t.Errorf("%d recent failures listed, want 10", n)
+	}
+	snap(t, tab, "overview-10k")
+	t.Logf("overview, %d nodes and 2,000 jobs: page load to counts and charts painted %.0f ms (reads and render %.0f ms; GET /status %.0f ms, GET /controllers %.0f ms, GET /jobs/stats 1h %.0f ms, 24h %.0f ms); load average %s",
+		total, ovLoad, ovFetchRender, ovReads[0], ovReads[1], ovReads[2], ovReads[3], loadAvg())
+
+	do(t, tab, 5*time.Second, "open the fleet view", chromedp.Evaluate[chromedp.Void](`location.hash = '#/fleet'`))
 	waitJS(t, tab, 30*time.Second, "10,000 nodes counted", `document.getElementById('fleet-total').textContent === '10,000'`)
 	// A cold load: reload (the tab keeps its token) and time from the
 	// navigation to the first page of nodes painted with the counts.
@@ -811,6 +930,8 @@ func TestFleetView10kNodes(t *testing.T) {
 	// from the fleet's link to the page painted.
 	tab = newTab(t, browser)
 	signIn(t, tab, g.srv.URL, adminToken)
+	waitJS(t, tab, 10*time.Second, "the overview", `location.hash === '#/overview'`)
+	do(t, tab, 5*time.Second, "open the fleet view", chromedp.Evaluate[chromedp.Void](`location.hash = '#/fleet'`))
 	waitJS(t, tab, 30*time.Second, "the fleet's first page", `!!document.querySelector('#fleet-table a.nodelink')`)
 	do(t, tab, 10*time.Second, "open a node's page", chromedp.Click(chromedp.CSS(`#fleet-table tr[data-node="node-00005"] a.nodelink`)))
 	waitJS(t, tab, 15*time.Second, "the node's page", `document.body.dataset.nodeRenders === '1' && document.getElementById('node-h').textContent === 'Node node-00005'`)
@@ -821,6 +942,87 @@ func TestFleetView10kNodes(t *testing.T) {
 	}
 	t.Logf("node page, %d nodes: reads and render %.0f ms (GET /node/{id} %.0f ms, GET /node/{id}/jobs %.0f ms, GET /enrollments?node= %.0f ms)",
 		total, nodeMs, reads[0], reads[1], reads[2])
+}
+
+// putJobs stores n finished jobs spread over the last day (every tenth
+// failed, every 25th partly failed, every 50th cancelled, the rest
+// completed), as controllers would have written them, waits for the job
+// index to hold them all, and returns the count of each outcome.
+func putJobs(t *testing.T, ctx context.Context, f *fleet.Fleet, n int) map[string]int {
+	t.Helper()
+	kv, err := fleettest.JetStream(t, f).KeyValue(ctx, api.BucketJobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := map[string]int{}
+	now := time.Now().UTC()
+	for i := range n {
+		st := api.JobCompleted
+		switch {
+		case i%50 == 0:
+			st = api.JobCancelled
+		case i%25 == 0:
+			st = api.JobPartialFailure
+		case i%10 == 0:
+			st = api.JobFailed
+		}
+		counts[string(st)]++
+		// Within the day's window whatever minute the page is read in.
+		fin := now.Add(-time.Duration(i) * 23 * time.Hour / time.Duration(n))
+		created := fin.Add(-time.Second)
+		j := api.Job{ID: fmt.Sprintf("job-%05d", i), Target: api.Target{Scope: api.ScopeGroup, Value: "dc1"},
+			Tasks: []api.Phase{{Backend: "ping", Action: "echo"}}, Status: st, CreatedAt: created, UpdatedAt: fin,
+			StartedAt: &created, FinishedAt: &fin}
+		if st != api.JobCompleted {
+			j.Error = "step 0 failed on node-00001"
+		}
+		b, err := json.Marshal(j)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := kv.Put(ctx, j.ID, b); err != nil {
+			t.Fatalf("put job %s: %v", j.ID, err)
+		}
+	}
+	for {
+		st, err := f.Client().Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Jobs.Total >= n {
+			return counts
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the controller holds %d of %d jobs", st.Jobs.Total, n)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// thousands writes n as the dashboard does ("2,000").
+func thousands(n int) string {
+	s := strconv.Itoa(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}
+
+// percent writes n of all as the dashboard does: to a tenth, no
+// trailing zero ("8%", "12.5%").
+func percent(n, all int) string {
+	return strconv.FormatFloat(math.Round(1000*float64(n)/float64(all))/10, 'f', -1, 64) + "%"
+}
+
+// loadAvg is the machine's load average (1, 5 and 15 minutes), to read a
+// timing by.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	return strings.Join(strings.Fields(string(b))[:3], " ")
 }
 
 // putNodes registers n nodes in the fleet's nodes bucket (every tenth
@@ -916,7 +1118,7 @@ func TestJobView1000NodesLive(t *testing.T) {
 	g := startGate(t, f)
 	tab := newTab(t, browser)
 	signIn(t, tab, g.srv.URL, opsToken)
-	waitJS(t, tab, 10*time.Second, "the fleet view", `location.hash === '#/fleet'`)
+	waitJS(t, tab, 10*time.Second, "the overview", `location.hash === '#/overview'`)
 	do(t, tab, 5*time.Second, "watch for long tasks", chromedp.Evaluate[chromedp.Void](`
 		window.__long = [];
 		new PerformanceObserver((l) => { for (const e of l.getEntries()) window.__long.push(e.duration); }).observe({ type: 'longtask', buffered: false });`))

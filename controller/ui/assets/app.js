@@ -174,7 +174,7 @@
 
   function route() {
     leave();
-    const h = location.hash || '#/fleet';
+    const h = location.hash || '#/overview';
     if (!token() && !h.startsWith('#/signin')) {
       sessionStorage.setItem(NEXT_KEY, h);
       location.hash = '#/signin';
@@ -190,7 +190,8 @@
     else if (h.startsWith('#/jobs')) jobsView(view);
     else if (h.startsWith('#/schedules')) schedulesView(view);
     else if (h.startsWith('#/audit')) auditView(view);
-    else fleetView(view);
+    else if (h.startsWith('#/fleet')) fleetView(view);
+    else overviewView(view);
   }
 
   // me is who the token is (GET /whoami): the launcher is offered only to
@@ -230,9 +231,9 @@
       // A read route proves the token before the views start.
       await api('/status');
       signinMessage = '';
-      const next = sessionStorage.getItem(NEXT_KEY) || '#/fleet';
+      const next = sessionStorage.getItem(NEXT_KEY) || '#/overview';
       sessionStorage.removeItem(NEXT_KEY);
-      location.hash = next.startsWith('#/signin') ? '#/fleet' : next;
+      location.hash = next.startsWith('#/signin') ? '#/overview' : next;
     } catch (e) {
       if (!(e instanceof AuthError)) {
         sessionStorage.removeItem(TOKEN_KEY);
@@ -244,6 +245,126 @@
   });
 
   $('signout').addEventListener('click', () => signOut('Signed out.'));
+
+  // ---- overview ----------------------------------------------------------
+
+  // The landing page: the fleet's counts and the cluster's health (GET
+  // /status, GET /controllers) and the jobs of the last hour and day (GET
+  // /jobs/stats), drawn as bar charts in inline SVG.
+  const OUTCOMES = ['completed', 'partial_failure', 'failed', 'cancelled'];
+  // The charts' <svg> roots are in the page; their parts are made in the
+  // namespace the HTML parser gave those roots.
+  const SVG = $('ov-hour').namespaceURI;
+  const svg = (tag, attrs, ...kids) => {
+    const e = document.createElementNS(SVG, tag);
+    for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, String(v));
+    for (const k of kids) e.append(k);
+    return e;
+  };
+
+  function overviewView(v) {
+    show('overview', 'Overview');
+    loadOverview(v);
+  }
+
+  async function loadOverview(v) {
+    if (v.stopped) return;
+    clearTimeout(v.timer);
+    const t0 = performance.now();
+    const seq = (v.seq = (v.seq || 0) + 1);
+    try {
+      const o = { signal: v.abort.signal };
+      const [st, ctls, hour, day] = await Promise.all([api('/status', o), api('/controllers', o),
+        api('/jobs/stats?window=1h', o), api('/jobs/stats?window=24h', o)]);
+      if (v.stopped || seq !== v.seq) return;
+      showMsg('overview-msg', '');
+      renderOverview(st, ctls || [], hour, day);
+      requestAnimationFrame(() => setTimeout(() => {
+        document.body.dataset.overviewRenderMs = String(Math.round(performance.now() - t0));
+        document.body.dataset.overviewRenders = String(Number(document.body.dataset.overviewRenders || 0) + 1);
+      }, 0));
+    } catch (e) {
+      if (e instanceof AuthError || e.name === 'AbortError') return;
+      showMsg('overview-msg', 'Could not load the overview: ' + e.message + ' (retrying)');
+    }
+    if (!v.stopped && seq === v.seq) v.timer = setTimeout(() => loadOverview(v), REFRESH_MS);
+  }
+
+  function renderOverview(st, ctls, hour, day) {
+    $('ov-nodes').textContent = num(st.nodes.total);
+    $('ov-online').textContent = num(st.nodes.online);
+    $('ov-offline').textContent = num(st.nodes.offline);
+    $('ov-controllers').textContent = num(st.controllers);
+    $('ov-active').textContent = num(hour.active);
+    const cr = ctls.slice().sort((a, b) => a.id.localeCompare(b.id)).map((c) => el('tr', { 'data-controller': c.id },
+      el('th', { scope: 'row', class: 'mono', text: c.id }),
+      el('td', null, badge(c.status)),
+      el('td', { class: 'num', text: num(c.running || 0) }),
+      el('td', { title: c.last_seen, text: ago(c.last_seen) })));
+    if (!cr.length) cr.push(el('tr', null, el('td', { colspan: '4', class: 'muted', text: 'No controller registered.' })));
+    $('ov-ctl-table').tBodies[0].replaceChildren(...cr);
+    $('ov-replicas').textContent = st.replicas ? '(' + st.replicas + (st.replicas === 1 ? ' replica' : ' replicas') + ' configured)' : '';
+    const sr = (st.streams || []).map((s) => {
+      const ok = !s.error && s.has_leader && s.current_replicas >= s.replicas;
+      return el('tr', { 'data-stream': s.name },
+        el('th', { scope: 'row', class: 'mono', text: s.name + (s.bucket ? ' (bucket)' : '') }),
+        el('td', { class: 'num', text: (s.error ? '?' : s.current_replicas) + ' / ' + s.replicas }),
+        el('td', { class: 'mono', text: s.has_leader ? (s.leader || 'yes') : 'none' }),
+        el('td', { title: s.error || '' }, badge(ok ? 'healthy' : (s.error ? 'unknown' : 'degraded'))));
+    });
+    if (!sr.length) sr.push(el('tr', null, el('td', { colspan: '4', class: 'muted', text: 'No stream health reported.' })));
+    $('ov-streams').tBodies[0].replaceChildren(...sr);
+    renderWindow('ov-hour', hour, 'minute');
+    renderWindow('ov-day', day, '15 minutes');
+    const fr = (day.recent_failures || []).map((f) => el('tr', { 'data-job': f.id },
+      el('th', { scope: 'row' }, el('a', { href: '#/job/' + encodeURIComponent(f.id), class: 'mono', text: f.id })),
+      el('td', null, badge(f.status)),
+      el('td', { title: f.finished_at, text: ago(f.finished_at) }),
+      el('td', { text: f.target || '—' }),
+      el('td', { class: 'mono', text: (f.tasks || []).join(', ') || '—' }),
+      el('td', { class: 'err', text: f.error || '—' })));
+    if (!fr.length) fr.push(el('tr', null, el('td', { colspan: '6', class: 'muted', text: 'No job failed in the last day.' })));
+    $('ov-failures').tBodies[0].replaceChildren(...fr);
+  }
+
+  const pct = (n, of) => of ? (Math.round(1000 * n / of) / 10) + '%' : '–';
+
+  // renderWindow writes one window's rates and draws its chart: a bar per
+  // bucket, stacked by outcome, and the jobs submitted as a line.
+  function renderWindow(id, s, per) {
+    const t = s.totals;
+    const ended = OUTCOMES.reduce((a, k) => a + t[k], 0);
+    const minutes = (s.buckets.length * s.bucket_seconds) / 60;
+    $(id + '-rates').replaceChildren(
+      el('span', { 'data-k': 'submitted', text: num(t.submitted) + ' submitted (' + (Math.round(10 * t.submitted / minutes) / 10) + ' a minute)' }), ' · ',
+      el('span', { 'data-k': 'ended', text: num(ended) + ' ended' }), ': ',
+      ...OUTCOMES.flatMap((k, i) => [i ? ', ' : '', el('span', { 'data-k': k, text: label(k) + ' ' + num(t[k]) + ' (' + pct(t[k], ended) + ')' })]));
+    const W = 720, H = 160, L = 34, B = 20;
+    const n = s.buckets.length, bw = (W - L) / n;
+    const top = Math.max(1, ...s.buckets.map((b) => Math.max(b.submitted, OUTCOMES.reduce((a, k) => a + b[k], 0))));
+    const y = (v) => H - B - (v / top) * (H - B - 8);
+    const g = svg('g');
+    s.buckets.forEach((b, i) => {
+      let base = 0;
+      for (const k of OUTCOMES) {
+        if (!b[k]) continue;
+        const r = svg('rect', { x: (L + i * bw + 0.5).toFixed(1), y: y(base + b[k]).toFixed(1), width: Math.max(1, bw - 1).toFixed(1),
+          height: (y(base) - y(base + b[k])).toFixed(1), class: 'b-' + k, 'data-bucket': i });
+        r.append(svg('title', {}, new Date(b.start).toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' }) + ': ' + b[k] + ' ' + label(k)));
+        g.append(r);
+        base += b[k];
+      }
+    });
+    const line = s.buckets.map((b, i) => (L + (i + 0.5) * bw).toFixed(1) + ',' + y(b.submitted).toFixed(1)).join(' ');
+    const axis = svg('g', { class: 'axis' },
+      svg('line', { x1: L, y1: H - B, x2: W, y2: H - B }),
+      svg('text', { x: L - 4, y: y(top) + 4, 'text-anchor': 'end' }, String(top)),
+      svg('text', { x: L - 4, y: H - B, 'text-anchor': 'end' }, '0'),
+      svg('text', { x: L, y: H - 4 }, new Date(s.from).toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' })),
+      svg('text', { x: W, y: H - 4, 'text-anchor': 'end' }, 'now'));
+    $(id).setAttribute('aria-label', 'Jobs ended per ' + per + ', by outcome: ' + $(id + '-rates').textContent);
+    $(id).replaceChildren(axis, g, svg('polyline', { points: line, class: 'submitted' }));
+  }
 
   // ---- fleet -------------------------------------------------------------
 
