@@ -412,7 +412,7 @@ tasks:
 	}
 	defer nc.Close()
 	finals := make(chan api.TaskResult, 16)
-	sub, err := nc.Subscribe(api.JobResultsSubject(j.ID), func(m *nats.Msg) {
+	sub, err := nc.Subscribe(api.ResultSubject(j.ID), func(m *nats.Msg) {
 		var tr api.TaskResult
 		if json.Unmarshal(m.Data, &tr) == nil && api.StepTerminal(tr.Status) {
 			finals <- tr
