@@ -422,6 +422,11 @@ tasks:
 		t.Fatal(err)
 	}
 	defer sub.Unsubscribe()
+	// The subscription must be in place at the server before the cancel,
+	// or the reports can pass before it.
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	start := time.Now()
 	if _, err := f.Client().CancelJob(ctx, j.ID); err != nil {
 		t.Fatal(err)
