@@ -63,7 +63,7 @@ func newHarnessCollecting(t testing.TB, collecting bool) *harness {
 		if err := json.Unmarshal(m.Data, &r); err != nil {
 			return
 		}
-		want := api.ResultSubject(r.JobID, r.TaskIndex, r.NodeID)
+		want := api.ResultSubject(r.JobID)
 		if r.Status == api.ResultRunning || r.Status == api.ResultProgress {
 			want = api.ProgressSubject(r.JobID, r.TaskIndex, r.NodeID)
 		}

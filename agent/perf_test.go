@@ -20,7 +20,7 @@ func TestResultCarriesCommandTraceWithTracingOff(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	h.startAgent("trace1", nil)
-	sub, err := h.nc.SubscribeSync(api.ResultSubject("jtrace", 0, "trace1"))
+	sub, err := h.nc.SubscribeSync(api.ResultSubject("jtrace"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -51,7 +51,7 @@ func TestFinalStoredWithMsgID(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	subject := api.ResultSubject("jmsgid", 0, "msgid1")
+	subject := api.ResultSubject("jmsgid")
 	stored, err := stream.GetLastMsgForSubject(ctx, subject)
 	if err != nil {
 		t.Fatalf("stored result: %v", err)

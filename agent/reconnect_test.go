@@ -73,7 +73,7 @@ func TestReregistersAfterServerLosesState(t *testing.T) {
 	})
 
 	// The subscriptions came back with the connection.
-	sub, err := nc.SubscribeSync(api.ResultSubject("after", 0, "phoenix"))
+	sub, err := nc.SubscribeSync(api.ResultSubject("after"))
 	if err != nil {
 		t.Fatal(err)
 	}

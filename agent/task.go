@@ -311,12 +311,11 @@ func truncateTo(s string, limit int, cut *bool) string {
 	return s[:keep] + fmt.Sprintf("\n…(truncated: %d bytes, kept the first %d; max_output_bytes)", len(s), keep)
 }
 
-func (a *Agent) fill(t *task, r *api.TaskResult) string {
+func (a *Agent) fill(t *task, r *api.TaskResult) {
 	r.JobID = t.cmd.JobID
 	r.TaskIndex = t.cmd.TaskIndex
 	r.NodeID = a.id
 	r.Attempt = t.cmd.Attempt
-	return api.ResultSubject(t.cmd.JobID, t.cmd.TaskIndex, a.id)
 }
 
 // reportRunning sends the task's "running" report, once.

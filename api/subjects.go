@@ -95,11 +95,16 @@ func AgentCommandSubjects(id string, groups []string) []string {
 	return subs
 }
 
-// ResultSubject is where a node reports on a step:
-// result.<job>.<step>.<node>.
-func ResultSubject(jobID string, step int, node string) string {
-	return "result." + jobID + "." + strconv.Itoa(step) + "." + node
-}
+// ResultSubject is where a controller stores a job's final results:
+// result.<job>, one subject for every step and node of the job. The step
+// and the node are in the stored TaskResult, which the controller writes
+// (no agent may publish on result.>; the intake takes both from the
+// report's subject, and the message id names the node). One subject per
+// job rather than per node keeps the server's in-memory per-subject index
+// of the stream to one entry per job: with a subject per node result it
+// held an entry for each of the millions of results a busy fleet stores
+// within the stream's max_age.
+func ResultSubject(jobID string) string { return "result." + jobID }
 
 // ProgressSubject is where a node reports that a step is running and how
 // far it got: progress.<job>.<step>.<node>. These reports are core messages
@@ -109,8 +114,13 @@ func ProgressSubject(jobID string, step int, node string) string {
 	return "progress." + jobID + "." + strconv.Itoa(step) + "." + node
 }
 
-// JobResultsSubject filters every result of one job.
-func JobResultsSubject(jobID string) string { return "result." + jobID + ".>" }
+// JobResultsSubjects filter every result of one job: those stored on
+// ResultSubject, and those of an earlier version stored on
+// result.<job>.<step>.<node> (which a controller upgraded mid-job reads
+// back on recovery).
+func JobResultsSubjects(jobID string) []string {
+	return []string{ResultSubject(jobID), "result." + jobID + ".>"}
+}
 
 // CancelSubject tells agents to stop a job's running tasks.
 func CancelSubject(jobID string) string { return "cancel." + jobID }
@@ -147,7 +157,7 @@ const (
 
 // ReportSubject is where a node sends a step's final result to the
 // controllers: report.<job>.<step>.<node> (a request; the answer is a
-// StoreReply once the result is stored under ResultSubject).
+// StoreReply once the result is stored on ResultSubject).
 func ReportSubject(jobID string, step int, node string) string {
 	return "report." + jobID + "." + strconv.Itoa(step) + "." + node
 }

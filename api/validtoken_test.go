@@ -34,8 +34,8 @@ func TestValidToken(t *testing.T) {
 
 func TestResultAndProgressSubjects(t *testing.T) {
 	cases := []struct{ got, want string }{
-		{ResultSubject("j1", 0, "n1"), "result.j1.0.n1"},
-		{ResultSubject("job-x", 12, "web_01"), "result.job-x.12.web_01"},
+		{ResultSubject("j1"), "result.j1"},
+		{ResultSubject("job-x"), "result.job-x"},
 		{ProgressSubject("j1", 0, "n1"), "progress.j1.0.n1"},
 		{ProgressSubject("job-x", 12, "web_01"), "progress.job-x.12.web_01"},
 		{NodeCommandSubject("n1", "ping", "echo"), "cmd.node.n1.ping.echo"},

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"strconv"
@@ -155,16 +156,18 @@ func TestAgentReplySubjectsAndHeadersReachNoState(t *testing.T) {
 			req("$KV."+api.BucketSchemas+"."+digest, "$KV.jobs.x", nil, []byte("[]"))},
 		{"its own node put acked into the requests stream", "$KV.nodes.node-1",
 			req("$KV.nodes.node-1", "request.1.x", nil, []byte(`{}`))},
-		{"a result acked into the stream API", api.ResultSubject(job.ID, 0, "node-1"),
-			req(api.ResultSubject(job.ID, 0, "node-1"), "$JS.API.STREAM.DELETE.results", nil, mine)},
+		{"a result acked into the stream API", api.ResultSubject(job.ID),
+			req(api.ResultSubject(job.ID), "$JS.API.STREAM.DELETE.results", nil, mine)},
 		{"a schema delete marker", "$KV." + api.BucketSchemas + "." + digest,
 			req("$KV."+api.BucketSchemas+"."+digest, "", hdr("KV-Operation", "DEL"), nil)},
 		{"a schema roll-up", "$KV." + api.BucketSchemas + ".x",
 			req("$KV."+api.BucketSchemas+".x", "", hdr("Nats-Rollup", "all"), []byte("[]"))},
 		{"a node roll-up", "$KV.nodes.node-1",
 			req("$KV.nodes.node-1", "", hdr("Nats-Rollup", "all"), []byte(`{}`))},
-		{"a result with node-2's message id", api.ResultSubject(job.ID, 0, "node-1"),
-			req(api.ResultSubject(job.ID, 0, "node-1"), "", hdr(nats.MsgIdHdr, node2ID), mine)},
+		{"a result with node-2's message id", api.ResultSubject(job.ID),
+			req(api.ResultSubject(job.ID), "", hdr(nats.MsgIdHdr, node2ID), mine)},
+		{"a result on an earlier version's per-node subject", "result." + job.ID + ".0.node-1",
+			req("result."+job.ID+".0.node-1", "", hdr(nats.MsgIdHdr, node2ID), mine)},
 	} {
 		a.refused(t, c.what, c.subject, c.act)
 	}
@@ -240,28 +243,33 @@ func TestAgentReplySubjectsAndHeadersReachNoState(t *testing.T) {
 	if done.Results.Node(0, "node-1") != nil {
 		t.Fatalf("node-1's report counted for a job it was not sent: %+v", done.Results)
 	}
-	results, err := js.Stream(ctx, api.StreamResults)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stored, err := results.GetLastMsgForSubject(ctx, api.ResultSubject(job.ID, 0, "node-2"))
+	stored, err := storedResultOfNode(ctx, js, job.ID, "node-2")
 	if err != nil {
 		t.Fatalf("node-2's result is not in the results stream: %v", err)
 	}
-	if id := stored.Header.Get(nats.MsgIdHdr); id != node2ID {
+	if id := stored.Headers().Get(nats.MsgIdHdr); id != node2ID {
 		t.Errorf("node-2's stored result has id %q, want %q", id, node2ID)
 	}
-	if forged, err := results.GetLastMsgForSubject(ctx, api.ResultSubject(job.ID, 0, "node-1")); err != nil {
+	if forged, err := storedResultOfNode(ctx, js, job.ID, "node-1"); err != nil {
 		t.Errorf("node-1's own report was not stored: %v", err)
 	} else {
 		for _, h := range []string{"KV-Operation", "Nats-Rollup", "Nats-Expected-Last-Sequence"} {
-			if forged.Header.Get(h) != "" {
+			if forged.Headers().Get(h) != "" {
 				t.Errorf("node-1's stored report carries its header %s", h)
 			}
 		}
-		if id := forged.Header.Get(nats.MsgIdHdr); !strings.Contains(id, ".node-1.") {
+		if id := forged.Headers().Get(nats.MsgIdHdr); !strings.Contains(id, ".node-1.") {
 			t.Errorf("node-1's stored report has id %q, not one naming node-1", id)
 		}
+	}
+	// Both stored results share the job's one subject: the server's
+	// per-subject index holds one entry per job, not one per node.
+	info, err := resultsStream(t, ctx, js).Info(ctx, jetstream.WithSubjectFilter(api.SubjectResults))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]uint64{api.ResultSubject(job.ID): 2}; !maps.Equal(info.State.Subjects, want) {
+		t.Errorf("results stream subjects %v, want %v", info.State.Subjects, want)
 	}
 	after := readBusState(t, ctx, js, watched)
 	sameBuckets(t, before, after)
@@ -382,4 +390,42 @@ func (bc *busClient) askMsg(ctx context.Context, m *nats.Msg) error {
 		return errors.New(r.Error)
 	}
 	return nil
+}
+
+// storedResultOfNode is the last result the results stream holds for job
+// whose body names node (a job's results share one subject).
+func storedResultOfNode(ctx context.Context, js jetstream.JetStream, job, node string) (jetstream.Msg, error) {
+	cons, err := js.OrderedConsumer(ctx, api.StreamResults, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{api.ResultSubject(job)}})
+	if err != nil {
+		return nil, err
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var last jetstream.Msg
+	for n := info.NumPending; n > 0; n-- {
+		m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+		if err != nil {
+			return nil, err
+		}
+		var tr api.TaskResult
+		if json.Unmarshal(m.Data(), &tr) == nil && tr.NodeID == node {
+			last = m
+		}
+	}
+	if last == nil {
+		return nil, fmt.Errorf("no result of node %s for job %s", node, job)
+	}
+	return last, nil
+}
+
+func resultsStream(t *testing.T, ctx context.Context, js jetstream.JetStream) jetstream.Stream {
+	t.Helper()
+	s, err := js.Stream(ctx, api.StreamResults)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }

@@ -724,9 +724,13 @@ func ResultsConsumerPrefix(controllerID string) string {
 // reports come on the core progress subject (or, from older agents, the
 // results stream).
 func (c *Controller) routeResult(subject string, data []byte, stored bool) {
-	// result.<job>.<step>.<node> or progress.<job>.<step>.<node>
+	// result.<job> (stored by a controller, which wrote the step and node
+	// into the body from the report's subject), or
+	// progress.<job>.<step>.<node> and, stored by an earlier version,
+	// result.<job>.<step>.<node>.
 	parts := strings.SplitN(subject, ".", 4)
-	if len(parts) != 4 {
+	jobOnly := stored && len(parts) == 2
+	if len(parts) != 4 && !jobOnly {
 		return
 	}
 	c.mu.Lock()
@@ -747,8 +751,18 @@ func (c *Controller) routeResult(subject string, data []byte, stored bool) {
 		return
 	}
 	capReport(&tr)
+	tr.JobID = parts[1]
+	if jobOnly {
+		// Only controllers publish on result.>; the body's node and step
+		// are the ones the intake took from the report's subject.
+		if !api.ValidToken(tr.NodeID) || tr.TaskIndex < 0 {
+			return
+		}
+		r.deliver(&tr)
+		return
+	}
 	// The subject names the sender; trust it over the body.
-	tr.JobID, tr.NodeID = parts[1], parts[3]
+	tr.NodeID = parts[3]
 	if step, err := strconv.Atoi(parts[2]); err == nil {
 		tr.TaskIndex = step
 	}

@@ -412,7 +412,7 @@ tasks:
 	}
 	defer nc.Close()
 	finals := make(chan api.TaskResult, 16)
-	sub, err := nc.Subscribe(api.JobResultsSubject(j.ID), func(m *nats.Msg) {
+	sub, err := nc.Subscribe(api.ResultSubject(j.ID), func(m *nats.Msg) {
 		var tr api.TaskResult
 		if json.Unmarshal(m.Data, &tr) == nil && api.StepTerminal(tr.Status) {
 			finals <- tr
@@ -422,6 +422,11 @@ tasks:
 		t.Fatal(err)
 	}
 	defer sub.Unsubscribe()
+	// The subscription must be in place at the server before the cancel,
+	// or the reports can pass before it.
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	start := time.Now()
 	if _, err := f.Client().CancelJob(ctx, j.ID); err != nil {
 		t.Fatal(err)

@@ -188,8 +188,9 @@ func (in *intake) sender(m *nats.Msg) (string, bool) {
 }
 
 // onReport takes a final result on report.<job>.<step>.<node> and stores
-// it on result.<job>.<step>.<node> with a message id made of the subject's
-// node, so no node can take another's id.
+// it on result.<job> (the job's one results subject; the step and node go
+// in the body, taken from the report's subject) with a message id made of
+// the subject's node, so no node can take another's id.
 func (in *intake) onReport(m *nats.Msg) {
 	node, ok := in.sender(m)
 	if !ok {
@@ -243,7 +244,7 @@ func (in *intake) onReport(m *nats.Msg) {
 		// the controller's making that still names the node.
 		id = "resend." + id + "." + strconv.FormatInt(time.Now().UnixNano(), 10)
 	}
-	out := &nats.Msg{Subject: api.ResultSubject(job, step, node), Data: data, Header: nats.Header{}}
+	out := &nats.Msg{Subject: api.ResultSubject(job), Data: data, Header: nats.Header{}}
 	// The trace goes on, re-encoded from its parsed form.
 	bus.InjectTrace(bus.ExtractTrace(context.Background(), m), out)
 	in.store(m, out, jetstream.WithMsgID(id), jetstream.WithExpectStream(api.StreamResults))

@@ -246,7 +246,7 @@ func (c *Controller) foldStoredResults(ctx context.Context, j *api.Job) error {
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	cons, err := c.js.OrderedConsumer(cctx, api.StreamResults, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{api.JobResultsSubject(j.ID)},
+		FilterSubjects: api.JobResultsSubjects(j.ID),
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
 	})
 	if err != nil {
@@ -267,9 +267,8 @@ func (c *Controller) foldStoredResults(ctx context.Context, j *api.Job) error {
 		if json.Unmarshal(m.Data(), &tr) != nil || !api.StepTerminal(tr.Status) {
 			continue
 		}
-		parts := strings.SplitN(m.Subject(), ".", 4)
-		step, err := strconv.Atoi(parts[2])
-		if err != nil || len(parts) != 4 {
+		step, node, ok := storedResultOf(m.Subject(), &tr)
+		if !ok {
 			continue
 		}
 		steps := api.LeafCount(j.Tasks)
@@ -281,11 +280,27 @@ func (c *Controller) foldStoredResults(ctx context.Context, j *api.Job) error {
 			continue // a retry was still due
 		}
 		m2 := ensureStep(j, step)
-		m2[parts[3]] = &api.NodeResult{Status: tr.Status, Output: tr.Output, Error: tr.Error, Changed: tr.Changed,
+		m2[node] = &api.NodeResult{Status: tr.Status, Output: tr.Output, Error: tr.Error, Changed: tr.Changed,
 			Facts: tr.Facts, Duration: tr.Duration, Attempts: tr.Attempt,
 			Events: []api.Event{{Status: tr.Status, Time: tr.Timestamp, Attempt: tr.Attempt, Message: tr.Error}}}
 	}
 	return nil
+}
+
+// storedResultOf says which step and node a result stored on subject is
+// of: the body's (written by the controller that stored it) on
+// result.<job>, the subject's on result.<job>.<step>.<node> (stored by an
+// earlier version).
+func storedResultOf(subject string, tr *api.TaskResult) (step int, node string, ok bool) {
+	parts := strings.SplitN(subject, ".", 4)
+	switch len(parts) {
+	case 2:
+		return tr.TaskIndex, tr.NodeID, tr.TaskIndex >= 0 && api.ValidToken(tr.NodeID)
+	case 4:
+		step, err := strconv.Atoi(parts[2])
+		return step, parts[3], err == nil && step >= 0
+	}
+	return 0, "", false
 }
 
 // pendingEstimate saves admission control a stream info request per

@@ -152,7 +152,8 @@ func TestAgentCannotActOutsideItsPermissions(t *testing.T) {
 		act           func() error
 	}{
 		{"command to node-2", "cmd.node.node-2.file.write", pub("cmd.node.node-2.file.write", []byte(`{}`))},
-		{"node-2's result", api.ResultSubject(job.ID, 0, "node-2"), pub(api.ResultSubject(job.ID, 0, "node-2"), forged)},
+		{"node-2's result", api.ResultSubject(job.ID), pub(api.ResultSubject(job.ID), forged)},
+		{"a result on an earlier version's per-node subject", "result." + job.ID + ".0.node-2", pub("result."+job.ID+".0.node-2", forged)},
 		{"node-2's progress", api.ProgressSubject(job.ID, 0, "node-2"), pub(api.ProgressSubject(job.ID, 0, "node-2"), forged)},
 		{"node-2's commands", "cmd.node.node-2.*.*", sub("cmd.node.node-2.*.*")},
 		{"every command", "cmd.>", sub("cmd.>")},
