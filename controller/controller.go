@@ -780,15 +780,21 @@ func (c *Controller) onCancel(m *nats.Msg) {
 	r := c.runs[id]
 	c.mu.Unlock()
 	if r != nil {
-		if by := m.Header.Get(api.CancelledByHeader); by != "" && api.ValidToken(by) {
-			r.update(func(j *api.Job) {
-				if j.CancelledBy == "" {
-					j.CancelledBy = by
-				}
-			})
-		}
-		r.cancel(errCancelled)
+		cancelRun(r, m.Header.Get(api.CancelledByHeader))
 	}
+}
+
+// cancelRun ends a run this controller owns as cancelled, by the token
+// named by (when it is one).
+func cancelRun(r *run, by string) {
+	if by != "" && api.ValidToken(by) {
+		r.update(func(j *api.Job) {
+			if j.CancelledBy == "" {
+				j.CancelledBy = by
+			}
+		})
+	}
+	r.cancel(errCancelled)
 }
 
 func (c *Controller) jobFinished(r *run, status api.JobStatus) {

@@ -441,6 +441,13 @@ func (c *Controller) handleCancel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if j.Status == api.JobRunning {
+		// A run this controller owns is cancelled before the agents hear
+		// of it: a task the cancel stops reports a failure, which must not
+		// reach a run that does not know of the cancel yet and end the job
+		// failed instead of cancelled.
+		if lr := c.localRun(id); lr != nil {
+			cancelRun(lr, p.Name)
+		}
 		// The owner (this controller or another) and the agents hear this.
 		// The owner stores who cancelled it (cancelled_by).
 		msg := &nats.Msg{Subject: api.CancelSubject(id), Header: nats.Header{}}
