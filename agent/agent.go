@@ -67,6 +67,9 @@ type Agent struct {
 	// sealKey opens the sensitive params sealed for this agent; its
 	// public half is registered in NodeInfo.
 	sealKey *seal.KeyPair
+	// site is the node's site, from its enrollment's answer ("" until
+	// then, and without enrollment: DefaultSite).
+	site string
 
 	nc *nats.Conn
 	// schemasJSON is the schema set as registered: digest is its
@@ -402,7 +405,7 @@ func storeReply(data []byte) error {
 }
 
 func (a *Agent) subscribe() error {
-	subjects := api.AgentCommandSubjects(a.id, a.cfg.Groups)
+	subjects := api.AgentCommandSubjects(a.id, a.site, a.cfg.Groups)
 	subs := make([]*nats.Subscription, 0, len(subjects))
 	for _, s := range subjects {
 		sub, err := a.nc.Subscribe(s, a.onCommand)
@@ -699,6 +702,9 @@ func (a *Agent) onCommand(msg *nats.Msg) {
 func (a *Agent) skipBroadcast(cmd *api.Command) string {
 	if slices.Contains(cmd.Exclude, a.id) {
 		return "excluded"
+	}
+	if cmd.Site != "" && cmd.Site != api.SiteOf(a.site) {
+		return "for another site's nodes"
 	}
 	// Between subscribing and registering no controller can have resolved
 	// this session into a target.

@@ -95,7 +95,8 @@ func (a *Agent) enroll(ctx context.Context, pub, token string, opts []nats.Optio
 		case reply.Error != "":
 			return fmt.Errorf("%w: %s", errNotAdmitted, reply.Error)
 		case reply.Status == api.EnrollAdmitted:
-			a.log.Info("agent admitted", "public_key", pub)
+			a.site = reply.Site
+			a.log.Info("agent admitted", "public_key", pub, "site", api.SiteOf(reply.Site))
 			return nil
 		case reply.Status == api.EnrollPending && !waiting:
 			waiting = true

@@ -45,6 +45,10 @@ type Enrollment struct {
 	PublicKey string   `json:"public_key"`
 	Groups    []string `json:"groups,omitempty"`
 	Status    string   `json:"status"`
+	// Site is the site the node enrolled through: a relay's site, or empty
+	// for the hub's own agents (DefaultSite). A node id stays at its site:
+	// enrolling it through another site is refused.
+	Site string `json:"site,omitempty"`
 	// RevokedKeys are earlier keys of this node id, refused for good.
 	RevokedKeys []string  `json:"revoked_keys,omitempty"`
 	RequestedAt time.Time `json:"requested_at"`
@@ -65,6 +69,8 @@ type EnrollRequest struct {
 type EnrollReply struct {
 	Status string `json:"status,omitempty"`
 	Error  string `json:"error,omitempty"`
+	// Site is the node's site (SiteOf), whose broadcasts the agent hears.
+	Site string `json:"site,omitempty"`
 }
 
 // ListEnrollments returns agent enrollments; status filters ("" for all).

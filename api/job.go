@@ -19,20 +19,29 @@ const (
 	ScopeGroup Scope = "group" // nodes in a group or any of its sub-groups
 	ScopeNode  Scope = "node"  // one node by id
 	ScopeAny   Scope = "any"   // one online node, chosen by the controller
+	ScopeSite  Scope = "site"  // every online node of one site
 )
 
 // Target selects the nodes a job runs on.
 type Target struct {
 	Scope Scope  `json:"scope" yaml:"scope"`
 	Value string `json:"value,omitempty" yaml:"value,omitempty"`
+	// Site narrows a group, node or any target to one site's nodes
+	// (group:web@paris). A whole site is ScopeSite (site:paris).
+	Site string `json:"site,omitempty" yaml:"site,omitempty"`
 }
 
-// String renders a target the way the CLI accepts it (group:web).
+// String renders a target the way the CLI accepts it (group:web,
+// group:web@paris, site:paris).
 func (t Target) String() string {
-	if t.Value == "" {
-		return string(t.Scope)
+	s := string(t.Scope)
+	if t.Value != "" {
+		s += ":" + t.Value
 	}
-	return string(t.Scope) + ":" + t.Value
+	if t.Site != "" {
+		s += "@" + t.Site
+	}
+	return s
 }
 
 // Condition gates a phase on the outcome of earlier steps.
@@ -329,6 +338,10 @@ type Command struct {
 	// SensitiveValue for them), each sealed for the one node the command
 	// goes to; see SealContext.
 	Sealed map[string]string `json:"sealed,omitempty"`
+	// Site, on a broadcast to a group of one site (group:web@paris, sent
+	// on the group's subject), tells agents of other sites in the group
+	// not to run it.
+	Site string `json:"site,omitempty"`
 }
 
 // SealContext binds a sealed param value to its job, step, node and param,
@@ -348,6 +361,9 @@ type NodeInfo struct {
 	ID       string   `json:"id"`
 	Hostname string   `json:"hostname"`
 	Groups   []string `json:"groups"`
+	// Site is the node's site, from its enrollment (the controller sets it;
+	// empty means DefaultSite).
+	Site     string   `json:"site,omitempty"`
 	Backends []string `json:"backends"`
 	// Schemas are the action schemas of the node's enabled backends. In the
 	// nodes bucket only SchemaDigest is kept; the schemas themselves are

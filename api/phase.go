@@ -253,7 +253,7 @@ func (j *Job) Validate() error {
 	return nil
 }
 
-// Validate checks a target's scope and value.
+// Validate checks a target's scope, value and site.
 func (t Target) Validate() error {
 	switch t.Scope {
 	case ScopeAll, ScopeAny:
@@ -268,18 +268,37 @@ func (t Target) Validate() error {
 		if !ValidToken(t.Value) {
 			return invalid("target.value", "node id %q is not valid: letters, digits, '_' and '-'", t.Value)
 		}
+	case ScopeSite:
+		if !ValidToken(t.Value) {
+			return invalid("target.value", "site %q is not valid: letters, digits, '_' and '-'", t.Value)
+		}
+		if t.Site != "" {
+			return invalid("target.site", "must be empty for scope site (the value names the site)")
+		}
 	case "":
-		return invalid("target.scope", "required (all, group, node or any)")
+		return invalid("target.scope", "required (all, group, node, any or site)")
 	default:
-		return invalid("target.scope", "unknown scope %q (want all, group, node or any)", t.Scope)
+		return invalid("target.scope", "unknown scope %q (want all, group, node, any or site)", t.Scope)
+	}
+	if t.Site != "" && !ValidToken(t.Site) {
+		return invalid("target.site", "site %q is not valid: letters, digits, '_' and '-'", t.Site)
+	}
+	if t.Scope == ScopeAll && t.Site != "" {
+		return invalid("target.site", "all@%s is written site:%s", t.Site, t.Site)
 	}
 	return nil
 }
 
-// ParseTarget reads the CLI form: all, any, group:NAME, node:ID.
+// ParseTarget reads the CLI form: all, any, group:NAME, node:ID,
+// site:NAME, and group:NAME@SITE, node:ID@SITE or any@SITE for a group,
+// node or any node of one site (all@SITE reads as site:SITE).
 func ParseTarget(s string) (Target, error) {
-	scope, value, _ := strings.Cut(s, ":")
-	t := Target{Scope: Scope(scope), Value: value}
+	rest, site, _ := strings.Cut(s, "@")
+	scope, value, _ := strings.Cut(rest, ":")
+	t := Target{Scope: Scope(scope), Value: value, Site: site}
+	if t.Scope == ScopeAll && site != "" && value == "" {
+		t = Target{Scope: ScopeSite, Value: site}
+	}
 	if err := t.Validate(); err != nil {
 		return Target{}, fmt.Errorf("target %q: %w", s, err)
 	}
@@ -293,10 +312,16 @@ func InGroup(group, target string) bool {
 	return group == target || strings.HasPrefix(group, target+".")
 }
 
-// Matches reports whether a node with the given id and groups is selected by
-// the target. ScopeAny matches every node; the controller picks one.
-func (t Target) Matches(id string, groups []string) bool {
+// Matches reports whether a node with the given id, site and groups is
+// selected by the target (an empty site is DefaultSite). ScopeAny matches
+// every node; the controller picks one.
+func (t Target) Matches(id, site string, groups []string) bool {
+	if t.Site != "" && SiteOf(site) != t.Site {
+		return false
+	}
 	switch t.Scope {
+	case ScopeSite:
+		return SiteOf(site) == t.Value
 	case ScopeAll, ScopeAny:
 		return true
 	case ScopeNode:

@@ -55,6 +55,8 @@ func CommandSubject(t Target, backend, action string) string {
 		return "cmd.all." + backend + "." + action
 	case ScopeGroup:
 		return "cmd.group." + GroupToken(t.Value) + "." + backend + "." + action
+	case ScopeSite:
+		return SiteCommandSubject(t.Value, backend, action)
 	default:
 		return NodeCommandSubject(t.Value, backend, action)
 	}
@@ -74,12 +76,13 @@ func NodeCommandSubject(node, backend, action string) string {
 // commands, as there is no deeper subject for web.dev's to hide in.
 func GroupToken(group string) string { return strings.ReplaceAll(group, ".", "~") }
 
-// AgentCommandSubjects are the subjects an agent with this id and these
+// AgentCommandSubjects are the subjects an agent with this id, site and
 // groups listens on. A group subscription names the group's exact depth
 // (cmd.group.web.*.* and cmd.group.web~dev.*.*), so an agent in web.dev
-// hears commands for web and web.dev but not for web.prod.
-func AgentCommandSubjects(id string, groups []string) []string {
-	subs := []string{"cmd.all.*.*", "cmd.node." + id + ".*.*"}
+// hears commands for web and web.dev but not for web.prod. The site's
+// subject is cmd.site.<site>.*.* (an empty site is DefaultSite).
+func AgentCommandSubjects(id, site string, groups []string) []string {
+	subs := []string{"cmd.all.*.*", "cmd.node." + id + ".*.*", "cmd.site." + SiteOf(site) + ".*.*"}
 	seen := map[string]bool{}
 	for _, g := range groups {
 		segs := strings.Split(g, ".")

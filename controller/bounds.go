@@ -130,7 +130,7 @@ func (r *registry) countMatching(t api.Target) int {
 	}
 	count := 0
 	for _, n := range r.nodes {
-		if r.isOnline(n, now) && t.Matches(n.ID, n.Groups) {
+		if r.isOnline(n, now) && t.Matches(n.ID, n.Site, n.Groups) {
 			count++
 		}
 	}

@@ -97,7 +97,7 @@ func (f fleetFilter) match(n *api.NodeInfo, status string) bool {
 	if f.status != "" && status != f.status {
 		return false
 	}
-	if f.group != "" && !(api.Target{Scope: api.ScopeGroup, Value: f.group}).Matches(n.ID, n.Groups) {
+	if f.group != "" && !(api.Target{Scope: api.ScopeGroup, Value: f.group}).Matches(n.ID, n.Site, n.Groups) {
 		return false
 	}
 	if f.backend != "" && !slices.Contains(n.Backends, f.backend) {

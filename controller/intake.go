@@ -269,11 +269,11 @@ func (in *intake) nodeRecord(node string, n api.NodeInfo) ([]byte, error) {
 		}
 	}
 	if in.c.sec != nil {
-		groups, ok := in.c.sec.admitted(node)
+		as, ok := in.c.sec.admitted(node)
 		if !ok {
 			return nil, errors.New("node not admitted")
 		}
-		n.Groups = groups
+		n.Groups, n.Site = as.groups, as.site
 	}
 	if now := time.Now().UTC(); n.LastSeen.After(now) {
 		n.LastSeen = now

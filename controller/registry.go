@@ -46,7 +46,7 @@ type registry struct {
 	// admitted, when set (a secured bus), returns the groups a node id was
 	// admitted with; a node not admitted is ignored, and an admitted node's
 	// groups are those of its enrollment whatever its record says.
-	admitted func(id string) ([]string, bool)
+	admitted func(id string) (admittedAs, bool)
 }
 
 func newRegistry(log *slog.Logger, offlineAfter time.Duration, schemasKV jetstream.KeyValue) *registry {
@@ -121,12 +121,12 @@ func (r *registry) apply(ctx context.Context, e jetstream.KeyValueEntry) {
 		return
 	}
 	if r.admitted != nil {
-		groups, ok := r.admitted(n.ID)
+		as, ok := r.admitted(n.ID)
 		if !ok {
 			r.log.Debug("ignoring node entry of a node not admitted", "node", n.ID)
 			return
 		}
-		n.Groups = groups
+		n.Groups, n.Site = as.groups, as.site
 	}
 	// A last_seen in the future would keep a silent node online; the time
 	// the entry arrived is all it can claim.
@@ -288,7 +288,7 @@ func (r *registry) match(t api.Target, pick bool) (online, offline []string) {
 		return online, offline
 	}
 	for _, n := range r.nodes {
-		if !t.Matches(n.ID, n.Groups) {
+		if !t.Matches(n.ID, n.Site, n.Groups) {
 			continue
 		}
 		if r.isOnline(n, now) {

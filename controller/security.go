@@ -179,7 +179,7 @@ func (s *security) Check(c server.ClientAuthentication) bool {
 // ever acted on with the server's rights.
 func agentPermissions(e *api.Enrollment) *server.Permissions {
 	id := e.NodeID
-	sub := append(api.AgentCommandSubjects(id, e.Groups), api.SubjectCancelAll, api.AgentInboxPrefix(e.PublicKey)+".>")
+	sub := append(api.AgentCommandSubjects(id, e.Site, e.Groups), api.SubjectCancelAll, api.AgentInboxPrefix(e.PublicKey)+".>")
 	pub := []string{
 		api.NodeReportSubjects(id),
 		api.NodeProgressSubjects(id),
@@ -202,14 +202,21 @@ func enrolleePermissions(key string) *server.Permissions {
 }
 
 // admitted returns the groups a node id was admitted with.
-func (s *security) admitted(id string) ([]string, bool) {
+func (s *security) admitted(id string) (admittedAs, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	e := s.byNode[id]
 	if e == nil || e.Status != api.EnrollAdmitted {
-		return nil, false
+		return admittedAs{}, false
 	}
-	return e.Groups, true
+	return admittedAs{groups: e.Groups, site: e.Site}, true
+}
+
+// admittedAs is what an admitted node's records must say of it: the
+// groups and the site of its enrollment, whatever it sent.
+type admittedAs struct {
+	groups []string
+	site   string
 }
 
 // watch follows the enrollments bucket until ctx ends, from a goroutine
@@ -391,7 +398,7 @@ func (s *security) onEnroll(m *nats.Msg) {
 	if r.Status == api.EnrollPending {
 		s.log.Info("agent waits for approval", "node", req.NodeID, "groups", req.Groups, "approve", "grid node approve "+req.NodeID)
 	}
-	reply(api.EnrollReply{Status: r.Status})
+	reply(api.EnrollReply{Status: r.Status, Site: api.SiteOf(r.Site)})
 }
 
 // errEnrollRefused is all a request without a valid join token learns,

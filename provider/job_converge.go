@@ -67,7 +67,7 @@ func (r *jobResource) planConverge(ctx context.Context, req resource.ModifyPlanR
 	}
 	registered := map[string]bool{}
 	for _, n := range nodes {
-		if target.Matches(n.ID, n.Groups) {
+		if target.Matches(n.ID, n.Site, n.Groups) {
 			registered[n.ID] = true
 		}
 	}

@@ -396,7 +396,7 @@ func leafErrorPath(leaf specLeaf, err error) (path.Path, string) {
 func matchingOnline(nodes []api.NodeInfo, t api.Target) []string {
 	var ids []string
 	for _, n := range nodes {
-		if n.Status == api.NodeOnline && t.Matches(n.ID, n.Groups) {
+		if n.Status == api.NodeOnline && t.Matches(n.ID, n.Site, n.Groups) {
 			ids = append(ids, n.ID)
 		}
 	}
