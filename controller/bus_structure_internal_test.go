@@ -7,6 +7,7 @@ import (
 
 	"github.com/gridfleet/terraform-provider-grid/api"
 	"github.com/gridfleet/terraform-provider-grid/internal/bus"
+	"github.com/gridfleet/terraform-provider-grid/internal/busperm"
 )
 
 // No subject an agent or a stranger may publish is stored by a stream or
@@ -21,8 +22,8 @@ func TestAgentSubjectsReachNoStream(t *testing.T) {
 		// account's subjects, whatever the topology holds.
 		"$JS.>", "$KV.>", "$O.>", "$JSC.>", "$NRG.>", "$SYS.>")
 	perms := map[string]*server.Permissions{
-		"agent":    agentPermissions(&api.Enrollment{NodeID: "node-1", PublicKey: key, Groups: []string{"web.prod", "db"}, Status: api.EnrollAdmitted}),
-		"enrollee": enrolleePermissions(key),
+		"agent":    busperm.Agent(&api.Enrollment{NodeID: "node-1", PublicKey: key, Groups: []string{"web.prod", "db"}, Status: api.EnrollAdmitted}),
+		"enrollee": busperm.Enrollee(key),
 	}
 	for who, p := range perms {
 		if len(p.Publish.Allow) == 0 {

@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"crypto/tls"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,6 +20,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
+	"github.com/gridfleet/terraform-provider-grid/internal/busperm"
 	"github.com/gridfleet/terraform-provider-grid/internal/pki"
 )
 
@@ -121,20 +121,7 @@ func (s *security) Check(c server.ClientAuthentication) bool {
 		return true
 	}
 	o := c.GetOpts()
-	if o == nil || !nkeys.IsValidPublicUserKey(o.Nkey) {
-		return false
-	}
-	pub, err := nkeys.FromPublicKey(o.Nkey)
-	if err != nil {
-		return false
-	}
-	sig, err := base64.RawURLEncoding.DecodeString(o.Sig)
-	if err != nil {
-		if sig, err = base64.StdEncoding.DecodeString(o.Sig); err != nil {
-			return false
-		}
-	}
-	if len(c.GetNonce()) == 0 || pub.Verify(c.GetNonce(), sig) != nil {
+	if !busperm.ProvesKey(c) {
 		return false
 	}
 	s.mu.RLock()
@@ -153,52 +140,21 @@ func (s *security) Check(c server.ClientAuthentication) bool {
 	case revoked:
 		// Only to hear "revoked" in answer to its enrollment request, so
 		// that the agent stops instead of retrying forever.
-		c.RegisterUser(&server.User{Username: "revoked", Permissions: enrolleePermissions(o.Nkey)})
+		c.RegisterUser(&server.User{Username: "revoked", Permissions: busperm.Enrollee(o.Nkey)})
 	case enrolling:
 		// The agent's enrollment connection only ever asks to be
 		// enrolled: it gets that alone, so that sparing it from the
 		// duplicate check (and from disconnect) gives a name nothing.
-		c.RegisterUser(&server.User{Username: "enrolling", Permissions: enrolleePermissions(o.Nkey)})
+		c.RegisterUser(&server.User{Username: "enrolling", Permissions: busperm.Enrollee(o.Nkey)})
 	case e != nil && e.Status == api.EnrollAdmitted:
 		if !s.admitOnce(c, o.Nkey, e.NodeID) {
 			return false
 		}
-		c.RegisterUser(&server.User{Username: "node:" + e.NodeID, Permissions: agentPermissions(e)})
+		c.RegisterUser(&server.User{Username: "node:" + e.NodeID, Permissions: busperm.Agent(e)})
 	default:
-		c.RegisterUser(&server.User{Username: "enrolling", Permissions: enrolleePermissions(o.Nkey)})
+		c.RegisterUser(&server.User{Username: "enrolling", Permissions: busperm.Enrollee(o.Nkey)})
 	}
 	return true
-}
-
-// agentPermissions are all an admitted agent may do: hear its own node's
-// commands, its groups' and everyone's, and cancellations; send its own
-// final results, progress, registration and heartbeats as core messages
-// (a controller validates and stores them); read its own replies. No
-// JetStream at all: no subject it may publish is captured by a stream or
-// reaches the JetStream API, so no reply subject or header it chooses is
-// ever acted on with the server's rights.
-func agentPermissions(e *api.Enrollment) *server.Permissions {
-	id := e.NodeID
-	sub := append(api.AgentCommandSubjects(id, e.Site, e.Groups), api.SubjectCancelAll, api.AgentInboxPrefix(e.PublicKey)+".>")
-	pub := []string{
-		api.NodeReportSubjects(id),
-		api.NodeProgressSubjects(id),
-		api.NodeRegisterSubject(id),
-		api.NodeHeartbeatSubject(id),
-		api.EnrollSubject(e.PublicKey),
-	}
-	return &server.Permissions{
-		Publish:   &server.SubjectPermission{Allow: pub},
-		Subscribe: &server.SubjectPermission{Allow: sub},
-	}
-}
-
-// enrolleePermissions allow an unknown key only to ask to be enrolled.
-func enrolleePermissions(key string) *server.Permissions {
-	return &server.Permissions{
-		Publish:   &server.SubjectPermission{Allow: []string{api.EnrollSubject(key)}},
-		Subscribe: &server.SubjectPermission{Allow: []string{api.AgentInboxPrefix(key) + ".>"}},
-	}
 }
 
 // admitted returns the groups a node id was admitted with.
