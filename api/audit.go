@@ -41,6 +41,8 @@ const (
 	AuditTokenRevoke     = "token.revoke"
 	AuditJoinTokenCreate = "join_token.create"
 	AuditJoinTokenRevoke = "join_token.revoke"
+	AuditSiteCreate      = "site.create"
+	AuditSiteRevoke      = "site.revoke"
 	AuditScheduleCreate  = "schedule.create"
 	AuditScheduleUpdate  = "schedule.update"
 	AuditSchedulePause   = "schedule.pause"

@@ -385,9 +385,12 @@ type NodeInfo struct {
 
 // ControllerInfo is what a controller registers about itself.
 type ControllerInfo struct {
-	ID       string    `json:"id"`
-	APIAddr  string    `json:"api_addr"`
-	NATSURL  string    `json:"nats_url"`
+	ID      string `json:"id"`
+	APIAddr string `json:"api_addr"`
+	NATSURL string `json:"nats_url"`
+	// LeafURL is where sites' relays connect to this controller (empty:
+	// it accepts none).
+	LeafURL  string    `json:"leaf_url,omitempty"`
 	Status   string    `json:"status"`
 	Running  int       `json:"running"`
 	Started  time.Time `json:"started"`

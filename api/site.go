@@ -121,8 +121,8 @@ const (
 func ParseSiteSubject(subject string) (site, kind, key string, ok bool) {
 	parts := strings.Split(subject, ".")
 	switch {
-	case len(parts) == 6 && parts[0] == "grid" && parts[1] == "site" && parts[3] == "enroll":
-		return parts[2], "enroll", parts[5], parts[2] != "" && parts[5] != ""
+	case len(parts) == 5 && parts[0] == "grid" && parts[1] == "site" && parts[3] == "enroll":
+		return parts[2], "enroll", parts[4], parts[2] != "" && parts[4] != ""
 	case len(parts) == 4 && parts[0] == "grid" && parts[1] == "site" && parts[3] == "roster":
 		return parts[2], "roster", "", parts[2] != ""
 	}
@@ -165,6 +165,8 @@ func (c *Client) ListSites(ctx context.Context) ([]SiteStatus, error) {
 
 // RevokeSite refuses the site's relay from now on and disconnects it
 // (admin role).
-func (c *Client) RevokeSite(ctx context.Context, name string) error {
-	return c.do(ctx, http.MethodDelete, "/site/"+url.PathEscape(name), nil, nil)
+func (c *Client) RevokeSite(ctx context.Context, name string) (Site, error) {
+	var out Site
+	err := c.do(ctx, http.MethodDelete, "/site/"+url.PathEscape(name), nil, &out)
+	return out, err
 }

@@ -95,6 +95,8 @@ role.`,
 	f.StringSliceVar(&o.flags.NATSURLs, "nats-url", def.NATSURLs, "connect to these NATS servers (comma-separated) instead of embedding one")
 	f.StringVar(&o.flags.ClusterName, "cluster-name", def.ClusterName, "join the embedded NATS server to this cluster (with --cluster-addr and --routes)")
 	f.StringVar(&o.flags.ClusterAddr, "cluster-addr", def.ClusterAddr, "embedded NATS cluster listen address for routes from peers (host:port)")
+	f.StringVar(&o.flags.LeafAddr, "leaf-addr", def.LeafAddr, "accept sites' relays (NATS leaf connections) on this host:port (off when empty; see grid site)")
+	f.StringVar(&o.flags.LeafAdvertise, "leaf-advertise", def.LeafAdvertise, "the URL sites' credentials name for this controller's leaf port (default tls://<leaf-addr>)")
 	f.StringSliceVar(&o.flags.Routes, "routes", def.Routes, "peers' cluster addresses, comma-separated (nats://host:port,...)")
 	f.IntVar(&o.flags.Replicas, "replicas", def.Replicas, "replicas of every stream and bucket; 0 chooses: 1 on a single server, min(3, servers named by --routes plus this one) in a cluster")
 	o.flags.MemoryLimit = def.MemoryLimit
@@ -142,6 +144,8 @@ func controllerConfig(fs flagChanged, configFile string, flags *controller.Confi
 	setIfChanged(fs, "nats-url", &cfg.NATSURLs, flags.NATSURLs)
 	setIfChanged(fs, "cluster-name", &cfg.ClusterName, flags.ClusterName)
 	setIfChanged(fs, "cluster-addr", &cfg.ClusterAddr, flags.ClusterAddr)
+	setIfChanged(fs, "leaf-addr", &cfg.LeafAddr, flags.LeafAddr)
+	setIfChanged(fs, "leaf-advertise", &cfg.LeafAdvertise, flags.LeafAdvertise)
 	setIfChanged(fs, "routes", &cfg.Routes, flags.Routes)
 	setIfChanged(fs, "replicas", &cfg.Replicas, flags.Replicas)
 	setIfChanged(fs, "debug-addr", &cfg.DebugAddr, flags.DebugAddr)

@@ -182,6 +182,7 @@ Started by Terraform, the same binary serves the Terraform provider.`,
 		newBackendsCommand(g),
 		newTokenCommand(g),
 		newJoinTokenCommand(g),
+		newSiteCommand(g),
 		newAuditCommand(g),
 		newVersionCommand(g),
 		serverCommand(newControllerCommand(g), "The controller writes its admin token to DATA_DIR/"+controller.AdminTokenFile+

@@ -363,6 +363,8 @@ var auditActions = map[string]string{
 	"POST /enrollments/{id}/revoke":  api.AuditNodeRevoke,
 	"POST /join-token":               api.AuditJoinTokenCreate,
 	"DELETE /join-token/{name}":      api.AuditJoinTokenRevoke,
+	"POST /site":                     api.AuditSiteCreate,
+	"DELETE /site/{name}":            api.AuditSiteRevoke,
 	"POST /dlq/{id}/replay":          api.AuditDLQReplay,
 	"DELETE /dlq/{id}":               api.AuditDLQDrop,
 	"POST /schedules":                api.AuditScheduleCreate,

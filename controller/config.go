@@ -72,6 +72,15 @@ type Config struct {
 	ClusterName string   `yaml:"cluster_name"`
 	ClusterAddr string   `yaml:"cluster_addr"`
 	Routes      []string `yaml:"routes"`
+	// LeafAddr is where the embedded server accepts the leaf connections
+	// of sites' relays (host:port; empty: no sites). Each relay proves its
+	// site's key and gets the rights of its site's nodes only.
+	LeafAddr string `yaml:"leaf_addr"`
+	// LeafAdvertise is the URL a site's credential names for this
+	// controller's leaf port (tls://host:port), when relays reach it by
+	// another name than leaf_addr's host; default tls://<leaf_addr>, the
+	// hostname for a wildcard address.
+	LeafAdvertise string `yaml:"leaf_advertise"`
 	// Replicas for streams and buckets. 0 (the default, also when the key
 	// is absent) chooses: 1 on a single server or with nats_urls, and in a
 	// cluster (cluster_name and routes set) min(3, servers), the servers
@@ -239,6 +248,17 @@ func (c Config) Validate() error {
 	}
 	if c.DataDir == "" {
 		errs = append(errs, errors.New("data_dir is required"))
+	}
+	if c.LeafAddr != "" {
+		if _, _, err := net.SplitHostPort(c.LeafAddr); err != nil {
+			errs = append(errs, fmt.Errorf("leaf_addr %q: want host:port", c.LeafAddr))
+		}
+		if c.Insecure || len(c.NATSURLs) > 0 {
+			errs = append(errs, errors.New("leaf_addr: sites need the embedded server's TLS and authentication; drop insecure and nats_urls, or leaf_addr"))
+		}
+	}
+	if c.LeafAdvertise != "" && c.LeafAddr == "" {
+		errs = append(errs, errors.New("leaf_advertise needs leaf_addr"))
 	}
 	if c.Replicas < 0 || c.Replicas > 5 {
 		errs = append(errs, fmt.Errorf("replicas must be between 1 and 5, or 0 to choose from the cluster's size, got %d", c.Replicas))

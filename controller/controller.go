@@ -80,9 +80,12 @@ type Controller struct {
 	httpSrv  *http.Server
 	debugSrv *http.Server
 	// apiHTTP is APIHTTPClient's client, made on first use.
-	apiHTTP  apiHTTPClient
-	apiURL   string
-	natsURL  string
+	apiHTTP apiHTTPClient
+	apiURL  string
+	natsURL string
+	// leafURL is where sites' relays connect to this controller ("" when
+	// it takes none).
+	leafURL  string
 	debugURL string
 
 	mu   sync.Mutex
@@ -426,6 +429,9 @@ func (c *Controller) setupNodes(ctx context.Context, s *startup) error {
 			return fmt.Errorf("enrollments: %w", err)
 		}
 		s.subs = append(s.subs, enrollSub)
+		if err := c.setupSites(ctx, s); err != nil {
+			return fmt.Errorf("sites: %w", err)
+		}
 	}
 	if err := c.reg.watch(s.runCtx, c.nc, nodesKV); err != nil {
 		return fmt.Errorf("watch nodes: %w", err)
@@ -566,6 +572,11 @@ func (c *Controller) shutdown(s *startup) {
 	for _, sub := range s.subs {
 		_ = sub.Unsubscribe()
 	}
+	if c.sec != nil {
+		if st := c.sec.sites.Load(); st != nil {
+			st.close()
+		}
+	}
 	s.stopIntake()
 	c.intake.Wait()
 	c.mu.Lock()
@@ -625,6 +636,21 @@ func (c *Controller) startNATS(ctx context.Context, id string) (*server.Server, 
 			sc.ClusterTLS = c.sec.clusterTLS
 		}
 	}
+	if c.cfg.LeafAddr != "" {
+		lh, lp, err := net.SplitHostPort(c.cfg.LeafAddr)
+		if err != nil {
+			return nil, fmt.Errorf("leaf_addr %q: %w", c.cfg.LeafAddr, err)
+		}
+		if sc.LeafPort, err = strconv.Atoi(lp); err != nil {
+			return nil, fmt.Errorf("leaf_addr port %q: %w", lp, err)
+		}
+		if sc.LeafPort == 0 {
+			sc.LeafPort = -1
+		}
+		// Relays prove their site's key, not a certificate: the server's
+		// certificate, no client certificate asked.
+		sc.LeafHost, sc.LeafTLS = lh, c.sec.leafTLS()
+	}
 	return embedded.StartServer(ctx, sc)
 }
 
@@ -650,7 +676,7 @@ func (c *Controller) putInfo(ctx context.Context, status string) {
 	c.mu.Lock()
 	running := len(c.runs)
 	c.mu.Unlock()
-	info := api.ControllerInfo{ID: c.id, APIAddr: c.apiURL, NATSURL: c.natsURL, Status: status,
+	info := api.ControllerInfo{ID: c.id, APIAddr: c.apiURL, NATSURL: c.natsURL, LeafURL: c.leafURL, Status: status,
 		Running: running, Started: c.started, LastSeen: time.Now().UTC()}
 	b, _ := json.Marshal(info)
 	if _, err := kv.Put(ctx, c.id, b); err != nil && ctx.Err() == nil {

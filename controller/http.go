@@ -45,6 +45,10 @@ func (c *Controller) apiRoutes() []route {
 		{"POST /join-token", api.RoleAdmin, h(c.handleCreateJoinToken)},
 		{"GET /join-tokens", api.RoleAdmin, h(c.handleListJoinTokens)},
 		{"DELETE /join-token/{name}", api.RoleAdmin, h(c.handleRevokeJoinToken)},
+		// Sites (sites_http.go): their credentials hold secrets.
+		{"POST /site", api.RoleAdmin, h(c.handleCreateSite)},
+		{"GET /sites", api.RoleRead, h(c.handleListSites)},
+		{"DELETE /site/{name}", api.RoleAdmin, h(c.handleRevokeSite)},
 		// The audit trail (audit.go): admins only, as it names every
 		// token, node and job.
 		{"GET /audit", api.RoleAdmin, h(c.handleAudit)},

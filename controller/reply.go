@@ -42,7 +42,13 @@ func inboxOf(key string) string {
 // ("" when there are no keys); otherwise it counts and (at a bounded rate)
 // logs the refusal.
 func (rp *replies) ownInbox(m *nats.Msg, key string) bool {
-	want := inboxOf(key)
+	return rp.under(m, inboxOf(key))
+}
+
+// under reports whether m's reply subject lies under the prefix want (a
+// literal subject, longer than want); otherwise it counts and (at a
+// bounded rate) logs the refusal.
+func (rp *replies) under(m *nats.Msg, want string) bool {
 	if len(m.Reply) > len(want) && strings.HasPrefix(m.Reply, want) && !strings.ContainsAny(m.Reply, "*> \t") {
 		return true
 	}

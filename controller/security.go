@@ -51,7 +51,11 @@ type security struct {
 	replies *replies
 
 	// joins are the scoped join tokens (nil until the bucket is open).
-	joins   *joinTokens
+	joins *joinTokens
+	// sites are the sites whose relays may connect on the leaf port (nil
+	// until their bucket is loaded: leaf connections are refused until
+	// then).
+	sites   atomic.Pointer[sites]
 	gate    *enrollGate
 	fileTok fileToken
 	live    liveConns
@@ -70,7 +74,7 @@ func newSecurity(cfg Config, log *slog.Logger) (*security, error) {
 	if err != nil {
 		return nil, fmt.Errorf("CA: %w", err)
 	}
-	hosts := pki.ServerHosts([]string{cfg.NATSAddr, cfg.ClusterAddr, cfg.APIAddr}, cfg.TLSHosts)
+	hosts := pki.ServerHosts([]string{cfg.NATSAddr, cfg.ClusterAddr, cfg.APIAddr, cfg.LeafAddr}, cfg.TLSHosts)
 	// The server certificate also authenticates this server to its peers
 	// on the routes, hence the client usage.
 	srv, err := pki.EnsureCert(ca, filepath.Join(dir, pki.ServerCertFile), filepath.Join(dir, pki.ServerKeyFile),
@@ -112,6 +116,10 @@ func (s *security) clientOptions() []nats.Option {
 // real connection of an admitted key is refused while the first is live
 // (admitOnce).
 func (s *security) Check(c server.ClientAuthentication) bool {
+	if c.Kind() == server.LEAF {
+		st := s.sites.Load()
+		return st != nil && st.checkLeaf(c)
+	}
 	if c.Kind() != server.CLIENT {
 		return false
 	}
@@ -218,6 +226,21 @@ func (s *security) set(id string, next *api.Enrollment) {
 	s.mu.Unlock()
 	wasAdmitted := prev != nil && prev.Status == api.EnrollAdmitted
 	isAdmitted := next != nil && next.Status == api.EnrollAdmitted
+	// A site's relays hold the rights of its admitted nodes: when those
+	// change, they reconnect with the new set.
+	if st := s.sites.Load(); st != nil && (wasAdmitted || isAdmitted) {
+		// Both are set when both were and are admitted.
+		changed := wasAdmitted != isAdmitted || prev.PublicKey != next.PublicKey || prev.Site != next.Site ||
+			!slices.Equal(prev.Groups, next.Groups)
+		if changed {
+			if prev != nil {
+				st.membershipChanged(prev.Site)
+			}
+			if next != nil && (prev == nil || next.Site != prev.Site) {
+				st.membershipChanged(next.Site)
+			}
+		}
+	}
 	// A connection keeps the permissions it was given when it connected:
 	// when they shrink or go, close it, and the agent's reconnect gets what
 	// the enrollment now says (or nothing).
@@ -288,6 +311,14 @@ func (s *security) disconnect(key string, keepEnrolling bool) {
 // or too frequent are dropped unanswered (enrollGate).
 func (s *security) onEnroll(m *nats.Msg) {
 	key := api.EnrollKey(m.Subject)
+	// Only to the key's own inbox: any key may ask, and an answer written
+	// elsewhere would be written with this controller's rights.
+	s.answerEnroll(m, key, "", func(m *nats.Msg) bool { return s.replies.ownInbox(m, key) })
+}
+
+// answerEnroll answers the enrollment request of key, at site ("" for the
+// hub's own agents), if replyOK accepts its reply subject.
+func (s *security) answerEnroll(m *nats.Msg, key, site string, replyOK func(*nats.Msg) bool) {
 	now := time.Now().UTC()
 	// Every message a key sends counts against its rate, answerable or
 	// not: a flood without reply subjects is a flood too.
@@ -299,9 +330,7 @@ func (s *security) onEnroll(m *nats.Msg) {
 		}
 		return
 	}
-	// Only to the key's own inbox: any key may ask, and an answer written
-	// elsewhere would be written with this controller's rights.
-	if !s.replies.ownInbox(m, key) {
+	if !replyOK(m) {
 		return
 	}
 	reply := func(r api.EnrollReply) {
@@ -322,7 +351,7 @@ func (s *security) onEnroll(m *nats.Msg) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	r, err := s.enroll(ctx, key, req, now)
+	r, err := s.enroll(ctx, key, site, req, now)
 	var hidden *hiddenRefusal
 	switch {
 	case errors.As(err, &hidden):
@@ -413,12 +442,12 @@ type enrolled struct {
 // anything about the node id is looked at, a request must come from a key
 // enrolled already or carry a genuine join token; otherwise the refusal is
 // a hiddenRefusal.
-func (s *security) enroll(ctx context.Context, key string, req api.EnrollRequest, now time.Time) (enrolled, error) {
-	e, mem, err := s.enrollRecord(ctx, key, req, now)
+func (s *security) enroll(ctx context.Context, key, site string, req api.EnrollRequest, now time.Time) (enrolled, error) {
+	e, mem, err := s.enrollRecord(ctx, key, site, req, now)
 	return enrolled{Enrollment: e, fromMemory: mem}, err
 }
 
-func (s *security) enrollRecord(ctx context.Context, key string, req api.EnrollRequest, now time.Time) (*api.Enrollment, bool, error) {
+func (s *security) enrollRecord(ctx context.Context, key, site string, req api.EnrollRequest, now time.Time) (*api.Enrollment, bool, error) {
 	if !nkeys.IsValidPublicUserKey(key) {
 		return nil, false, fmt.Errorf("public key %q is not an NKey user key", key)
 	}
@@ -442,6 +471,11 @@ func (s *security) enrollRecord(ctx context.Context, key string, req api.EnrollR
 	}
 	if other != nil && other.NodeID != req.NodeID {
 		return nil, false, fmt.Errorf("this key is enrolled as node %s, not %s", other.NodeID, req.NodeID)
+	}
+	if other != nil && other.Site != site {
+		// A key stays at its site: a relay cannot take over, or even ask
+		// about, another site's node (nor the hub's).
+		return nil, false, &hiddenRefusal{fmt.Sprintf("key enrolled at site %s, asked through site %s", api.SiteOf(other.Site), api.SiteOf(site))}
 	}
 	if other != nil && other.Status != api.EnrollRevoked && slices.Equal(other.Groups, groups) {
 		// Nothing to change (an agent's start, or its question after a
@@ -480,7 +514,7 @@ func (s *security) enrollRecord(ctx context.Context, key string, req api.EnrollR
 			// A known key whose record is gone (deleted meanwhile).
 			return nil, false, &hiddenRefusal{"the key's enrollment record is gone and the request has no join token"}
 		}
-		e := &api.Enrollment{NodeID: req.NodeID, PublicKey: key, Groups: groups, Status: api.EnrollPending, RequestedAt: now}
+		e := &api.Enrollment{NodeID: req.NodeID, PublicKey: key, Groups: groups, Status: api.EnrollPending, RequestedAt: now, Site: site}
 		if s.autoAdmit {
 			e.Status, e.DecidedAt = api.EnrollAdmitted, now
 		}
@@ -500,6 +534,10 @@ func (s *security) enrollRecord(ctx context.Context, key string, req api.EnrollR
 	var e api.Enrollment
 	if err := json.Unmarshal(cur.Value(), &e); err != nil {
 		return nil, false, fmt.Errorf("stored enrollment of %s: %w", req.NodeID, err)
+	}
+	if e.Site != site && e.Status != api.EnrollRevoked {
+		return nil, false, fmt.Errorf("node id %s is enrolled at site %s; revoke it there first (grid node revoke %s)",
+			req.NodeID, api.SiteOf(e.Site), req.NodeID)
 	}
 	switch {
 	case e.PublicKey == key && e.Status == api.EnrollRevoked:
@@ -524,6 +562,7 @@ func (s *security) enrollRecord(ctx context.Context, key string, req api.EnrollR
 		// operator decides, whatever auto_admit says.
 		e.RevokedKeys = appendRevoked(e.RevokedKeys, e.PublicKey)
 		e.PublicKey, e.Groups, e.Status, e.RequestedAt, e.DecidedAt = key, groups, api.EnrollPending, now, time.Time{}
+		e.Site = site
 	default:
 		return nil, false, fmt.Errorf("node id %s is enrolled with another key; revoke it first (grid node revoke %s)", req.NodeID, req.NodeID)
 	}

@@ -145,6 +145,8 @@ func Limits(maxPayload, requests, commands, results, dlq, jobs, small int64) map
 	}
 	// A fixed cap: join tokens are made by admins, a few at a time.
 	l[api.BucketJoinTokens] = Limit{MaxBytes: JoinTokensMaxBytes, MaxMsgSize: 4 << 10}
+	// Sites too: one record each, made by admins.
+	l[api.BucketSites] = Limit{MaxBytes: SitesMaxBytes, MaxMsgSize: 4 << 10}
 	return l
 }
 
@@ -393,6 +395,7 @@ func (t Topology) configs() ([]jetstream.StreamConfig, []jetstream.KeyValueConfi
 		// Capped so that no client of the API can grow it without bound
 		// (a full bucket refuses new tokens, not enrollments).
 		bucket(api.BucketJoinTokens, "scoped join tokens by name (SHA-256, groups, expiry, uses; controllers only)"),
+		bucket(api.BucketSites, "sites by name (the public NKey of the site's relay; controllers only)"),
 		bucket(api.BucketTokens, "API tokens by name (SHA-256 of the token, role)"),
 		bucket(api.BucketKeys, "cluster keys (controllers only)"),
 		bucket(api.BucketJobSecrets, "sensitive params of unfinished jobs, encrypted"),
@@ -404,6 +407,9 @@ func (t Topology) configs() ([]jetstream.StreamConfig, []jetstream.KeyValueConfi
 
 // JoinTokensMaxBytes caps the join_tokens bucket: about 2,000 records.
 const JoinTokensMaxBytes = 1 << 20
+
+// SitesMaxBytes caps the sites bucket: about 2,000 sites.
+const SitesMaxBytes = 1 << 20
 
 // WaitForBucket returns the bucket once it exists (a controller creates it),
 // retrying until ctx ends.

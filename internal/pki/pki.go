@@ -176,9 +176,28 @@ func EnsureCert(ca *CA, certPath, keyPath string, spec CertSpec) (tls.Certificat
 		return tls.Certificate{}, fmt.Errorf("no certificate at %s and no CA key to issue one: put %s and %s there (signed by your CA) or the CA key at %s",
 			certPath, filepath.Base(certPath), filepath.Base(keyPath), CAKeyFile)
 	}
+	certPEM, keyPEM, err := IssueCert(ca, spec)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	if err := writeSecret(keyPath, keyPEM); err != nil {
+		return tls.Certificate{}, err
+	}
+	if err := writeFile(certPath, certPEM, 0o644); err != nil {
+		return tls.Certificate{}, err
+	}
+	return tls.X509KeyPair(certPEM, keyPEM)
+}
+
+// IssueCert issues a certificate for spec from ca, which must hold its
+// key, and returns it and its new key as PEM.
+func IssueCert(ca *CA, spec CertSpec) (certPEM, keyPEM []byte, err error) {
+	if ca.Key == nil {
+		return nil, nil, errors.New("issue certificate: the CA's key is not here")
+	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return tls.Certificate{}, fmt.Errorf("certificate key: %w", err)
+		return nil, nil, fmt.Errorf("certificate key: %w", err)
 	}
 	now := time.Now()
 	tmpl := &x509.Certificate{
@@ -204,27 +223,21 @@ func EnsureCert(ca *CA, certPath, keyPath string, spec CertSpec) (tls.Certificat
 	for _, u := range spec.URIs {
 		pu, err := url.Parse(u)
 		if err != nil {
-			return tls.Certificate{}, fmt.Errorf("certificate URI %q: %w", u, err)
+			return nil, nil, fmt.Errorf("certificate URI %q: %w", u, err)
 		}
 		tmpl.URIs = append(tmpl.URIs, pu)
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.Key)
 	if err != nil {
-		return tls.Certificate{}, fmt.Errorf("issue certificate: %w", err)
+		return nil, nil, fmt.Errorf("issue certificate: %w", err)
 	}
 	keyDER, err := x509.MarshalECPrivateKey(key)
 	if err != nil {
-		return tls.Certificate{}, fmt.Errorf("encode certificate key: %w", err)
+		return nil, nil, fmt.Errorf("encode certificate key: %w", err)
 	}
-	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
-	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-	if err := writeSecret(keyPath, keyPEM); err != nil {
-		return tls.Certificate{}, err
-	}
-	if err := writeFile(certPath, certPEM, 0o644); err != nil {
-		return tls.Certificate{}, err
-	}
-	return tls.X509KeyPair(certPEM, keyPEM)
+	keyPEM = pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
+	certPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	return certPEM, keyPEM, nil
 }
 
 // covers reports whether cert is signed by ca, valid for a while yet, and

@@ -35,8 +35,13 @@ type ServerConfig struct {
 	TLS        *tls.Config
 	ClusterTLS *tls.Config
 	// Auth, when set, decides on every client connection and assigns its
-	// permissions; nil admits anyone.
+	// permissions; nil admits anyone. It decides on leaf connections too.
 	Auth server.Authentication
+	// LeafHost and LeafPort, when LeafPort is not 0, accept the leaf
+	// connections of sites' relays (-1 picks a free port), over LeafTLS.
+	LeafHost string
+	LeafPort int
+	LeafTLS  *tls.Config
 }
 
 // StartServer starts an embedded NATS server with JetStream and returns once
@@ -66,6 +71,12 @@ func StartServer(ctx context.Context, cfg ServerConfig) (*server.Server, error) 
 	}
 	if opts.Host == "" {
 		opts.Host = "127.0.0.1"
+	}
+	if cfg.LeafPort != 0 {
+		if cfg.LeafTLS == nil || cfg.Auth == nil {
+			return nil, errors.New("embedded NATS: a leaf port needs TLS and authentication")
+		}
+		opts.LeafNode = server.LeafNodeOpts{Host: cfg.LeafHost, Port: cfg.LeafPort, TLSConfig: cfg.LeafTLS, TLSTimeout: 5}
 	}
 	if cfg.ClusterName != "" {
 		opts.Cluster = server.ClusterOpts{Name: cfg.ClusterName, Host: cfg.ClusterHost, Port: cfg.ClusterPort}

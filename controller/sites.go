@@ -1,0 +1,437 @@
+package controller
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
+
+	"github.com/gridfleet/terraform-provider-grid/api"
+	"github.com/gridfleet/terraform-provider-grid/internal/busperm"
+)
+
+// sites is the hub's side of sites (DESIGN.md, "Sites"): the site records
+// (followed from the sites bucket), the leaf connections of their relays
+// on this controller's server, and the answers to relays' enrollment and
+// roster requests. A relay proves its site's key on the leaf port and gets
+// the rights of its site's admitted nodes, and no others: it can neither
+// speak for nor hear another site's nodes. A leaf connection's rights are
+// fixed when it connects, so when a site's nodes change, its relays'
+// connections to this server are closed (after membershipSettle, so that a
+// wave of enrollments costs one reconnect) and come back with the new set.
+type sites struct {
+	log *slog.Logger
+	sec *security
+	kv  jetstream.KeyValue
+
+	mu     sync.Mutex
+	byName map[string]*api.Site
+	byKey  map[string]string
+	// leafs are the relays' leaf connections on this server by site:
+	// client ids.
+	leafs map[string]map[uint64]bool
+	// settle holds a pending close of a site's leaf connections.
+	settle map[string]*time.Timer
+	closed bool
+}
+
+// membershipSettle is how long a change of a site's nodes waits for more
+// before its relays reconnect with the new rights.
+const membershipSettle = time.Second
+
+// hubClaimCheck is when a newly admitted leaf connection is checked for
+// having claimed the hub's role (see checkLeaf).
+const hubClaimCheck = 300 * time.Millisecond
+
+func newSites(log *slog.Logger, sec *security) *sites {
+	return &sites{log: log, sec: sec, byName: map[string]*api.Site{}, byKey: map[string]string{},
+		leafs: map[string]map[uint64]bool{}, settle: map[string]*time.Timer{}}
+}
+
+// watch follows the sites bucket until ctx ends, from a goroutine counted
+// in wg; it returns once the stored sites are loaded.
+func (st *sites) watch(ctx context.Context, wg *sync.WaitGroup, kv jetstream.KeyValue) error {
+	st.kv = kv
+	return followLoaded(ctx, wg, kv, st.log, "sites", st.apply)
+}
+
+func (st *sites) apply(kve jetstream.KeyValueEntry) {
+	var next *api.Site
+	if kve.Operation() == jetstream.KeyValuePut {
+		var s api.Site
+		if err := json.Unmarshal(kve.Value(), &s); err != nil || s.Name != kve.Key() {
+			st.log.Warn("ignoring malformed site record", "site", kve.Key(), "err", err)
+			return
+		}
+		next = &s
+	}
+	name := kve.Key()
+	st.mu.Lock()
+	if prev := st.byName[name]; prev != nil && st.byKey[prev.PublicKey] == name {
+		delete(st.byKey, prev.PublicKey)
+	}
+	if next == nil {
+		delete(st.byName, name)
+	} else {
+		st.byName[name] = next
+		if !next.Revoked {
+			st.byKey[next.PublicKey] = name
+		}
+	}
+	st.mu.Unlock()
+	if next == nil || next.Revoked {
+		st.disconnect(name, "site revoked")
+	}
+}
+
+// live returns the site of a relay key, if the site is live.
+func (st *sites) live(key string) (string, bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	name, ok := st.byKey[key]
+	return name, ok
+}
+
+// exists reports whether name is a live site.
+func (st *sites) exists(name string) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	s := st.byName[name]
+	return s != nil && !s.Revoked
+}
+
+// checkLeaf decides on a leaf connection: a relay that proves a live
+// site's key gets its site's rights (sitePermissions); anything else is
+// refused.
+func (st *sites) checkLeaf(c server.ClientAuthentication) bool {
+	if !busperm.ProvesKey(c) {
+		return false
+	}
+	key := c.GetOpts().Nkey
+	site, ok := st.live(key)
+	if !ok {
+		st.sec.gate.logRefusal("refused a leaf connection: not a live site's key", "key", key)
+		return false
+	}
+	c.RegisterUser(&server.User{Username: "site:" + site, Permissions: st.sec.sitePermissions(site)})
+	cid := c.GetID()
+	st.mu.Lock()
+	if st.closed {
+		st.mu.Unlock()
+		return false
+	}
+	if st.leafs[site] == nil {
+		st.leafs[site] = map[uint64]bool{}
+	}
+	st.leafs[site][cid] = true
+	// Forget the connections that are gone (a relay's reconnects).
+	if ns := st.sec.ns.Load(); ns != nil {
+		for old := range st.leafs[site] {
+			if old != cid && ns.GetLeafNode(old) == nil {
+				delete(st.leafs[site], old)
+			}
+		}
+	}
+	st.mu.Unlock()
+	addr := ""
+	if a := c.RemoteAddress(); a != nil {
+		addr = a.String()
+	}
+	st.log.Info("site relay connected", "site", site, "addr", addr, "cid", cid)
+	// A relay that claims the hub's role in its CONNECT would turn the
+	// roles of this connection around; a site's relay is always the
+	// spoke. The claim is read after authentication, so it is checked
+	// once the connection is set up.
+	time.AfterFunc(hubClaimCheck, func() { st.refuseHubClaim(site, cid) })
+	return true
+}
+
+// refuseHubClaim closes the site's leaf connection cid if it made this
+// server its spoke.
+func (st *sites) refuseHubClaim(site string, cid uint64) {
+	ns := st.sec.ns.Load()
+	if ns == nil {
+		return
+	}
+	lz, err := ns.Leafz(nil)
+	if err != nil {
+		return
+	}
+	for _, l := range lz.Leafs {
+		if l.ID == cid && l.IsSpoke {
+			st.log.Warn("closed a site relay's leaf connection that claimed to be the hub", "site", site, "cid", cid)
+			_ = ns.DisconnectClientByID(cid)
+		}
+	}
+}
+
+// membershipChanged closes the site's relays' connections to this server
+// once its nodes have settled, so they come back with the new rights.
+func (st *sites) membershipChanged(site string) {
+	if site == "" {
+		return
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.closed || len(st.leafs[site]) == 0 {
+		return
+	}
+	if t := st.settle[site]; t != nil {
+		return
+	}
+	st.settle[site] = time.AfterFunc(membershipSettle, func() {
+		st.mu.Lock()
+		delete(st.settle, site)
+		st.mu.Unlock()
+		st.disconnect(site, "its nodes changed")
+	})
+}
+
+// disconnect closes the site's leaf connections on this server.
+func (st *sites) disconnect(site, why string) {
+	st.mu.Lock()
+	cids := st.leafs[site]
+	delete(st.leafs, site)
+	st.mu.Unlock()
+	ns := st.sec.ns.Load()
+	if ns == nil {
+		return
+	}
+	for cid := range cids {
+		if err := ns.DisconnectClientByID(cid); err == nil {
+			st.log.Info("closed a site relay's leaf connection", "site", site, "cid", cid, "why", why)
+		}
+	}
+}
+
+// close stops the pending reconnects.
+func (st *sites) close() {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.closed = true
+	for _, t := range st.settle {
+		t.Stop()
+	}
+	clear(st.settle)
+}
+
+// connected counts the site's leaf connections on this server that are
+// still open.
+func (st *sites) connected(site string) int {
+	ns := st.sec.ns.Load()
+	st.mu.Lock()
+	cids := make([]uint64, 0, len(st.leafs[site]))
+	for cid := range st.leafs[site] {
+		cids = append(cids, cid)
+	}
+	st.mu.Unlock()
+	if ns == nil {
+		return 0
+	}
+	n := 0
+	for _, cid := range cids {
+		if ns.GetLeafNode(cid) != nil {
+			n++
+		}
+	}
+	return n
+}
+
+// sitePermissions are the rights of a site's relay on the hub, from the
+// relay's side of the leaf connection: publish what its admitted nodes may
+// publish (busperm.Agent, less the enrollment subject, which the relay
+// answers itself) and its own requests (api.SiteSubjects); hear what its
+// admitted nodes may hear, and its own inbox. Nothing of another site's
+// nodes, no JetStream.
+func (s *security) sitePermissions(site string) *server.Permissions {
+	pub := []string{api.SiteSubjects(site)}
+	sub := []string{api.SubjectCancelAll, api.SiteInboxPrefix(site) + ".>"}
+	s.mu.RLock()
+	for _, e := range s.byNode {
+		if e.Site != site || e.Status != api.EnrollAdmitted {
+			continue
+		}
+		p := busperm.Agent(e)
+		for _, subj := range p.Publish.Allow {
+			if subj != api.EnrollSubject(e.PublicKey) {
+				pub = append(pub, subj)
+			}
+		}
+		sub = append(sub, p.Subscribe.Allow...)
+	}
+	s.mu.RUnlock()
+	slices.Sort(pub)
+	slices.Sort(sub)
+	return &server.Permissions{
+		Publish:   &server.SubjectPermission{Allow: slices.Compact(pub)},
+		Subscribe: &server.SubjectPermission{Allow: slices.Compact(sub)},
+	}
+}
+
+// subscribe starts answering relays' enrollment and roster requests (a
+// queue group: one controller answers each).
+func (st *sites) subscribe(nc *nats.Conn) ([]*nats.Subscription, error) {
+	enroll, err := nc.QueueSubscribe(api.SubjectSiteEnrollAll, "grid-site", st.onEnroll)
+	if err != nil {
+		return nil, err
+	}
+	roster, err := nc.QueueSubscribe(api.SubjectSiteRosterAll, "grid-site", st.onRoster)
+	if err != nil {
+		_ = enroll.Unsubscribe()
+		return nil, err
+	}
+	for _, sub := range []*nats.Subscription{enroll, roster} {
+		_ = sub.SetPendingLimits(enrollPendingMsgs, enrollPendingBytes)
+	}
+	return []*nats.Subscription{enroll, roster}, nil
+}
+
+// onEnroll answers an enrollment a site's relay sends on for one of its
+// agents: the agent's request as it sent it, the key from the subject
+// (which the relay's server let only that key publish), answered in the
+// relay's inbox only.
+func (st *sites) onEnroll(m *nats.Msg) {
+	site, _, key, ok := api.ParseSiteSubject(m.Subject)
+	if !ok || !st.exists(site) {
+		return
+	}
+	st.sec.answerEnroll(m, key, site, func(m *nats.Msg) bool {
+		return st.sec.replies.under(m, api.SiteInboxPrefix(site)+".")
+	})
+}
+
+// onRoster answers a relay with its site's enrollments.
+func (st *sites) onRoster(m *nats.Msg) {
+	site, kind, _, ok := api.ParseSiteSubject(m.Subject)
+	if !ok || kind != "roster" || !st.exists(site) {
+		return
+	}
+	if !st.sec.replies.under(m, api.SiteInboxPrefix(site)+".") {
+		return
+	}
+	b, err := json.Marshal(api.SiteRoster{Site: site, Enrollments: st.sec.siteEnrollments(site)})
+	if err != nil {
+		return
+	}
+	_ = m.Respond(b)
+}
+
+// siteEnrollments are the enrollments of a site's nodes, by node id.
+func (s *security) siteEnrollments(site string) []api.Enrollment {
+	s.mu.RLock()
+	out := make([]api.Enrollment, 0)
+	for _, e := range s.byNode {
+		if e.Site == site {
+			out = append(out, *e)
+		}
+	}
+	s.mu.RUnlock()
+	slices.SortFunc(out, func(a, b api.Enrollment) int {
+		switch {
+		case a.NodeID < b.NodeID:
+			return -1
+		case a.NodeID > b.NodeID:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// leafTLS is the leaf port's TLS: the server's certificate; a relay proves
+// its site's key, not a certificate.
+func (s *security) leafTLS() *tls.Config {
+	c := s.serverTLS.Clone()
+	c.ClientAuth = tls.NoClientCert
+	return c
+}
+
+var (
+	errSiteExists = errors.New("site exists")
+	errNoSite     = errors.New("no such site")
+)
+
+// create stores a new site and returns its record and the seed of its key
+// (which the hub does not keep).
+func (st *sites) create(ctx context.Context, req api.SiteCreateRequest, by string, now time.Time) (*api.Site, []byte, error) {
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		return nil, nil, fmt.Errorf("site key: %w", err)
+	}
+	pub, err := kp.PublicKey()
+	if err != nil {
+		return nil, nil, fmt.Errorf("site key: %w", err)
+	}
+	seed, err := kp.Seed()
+	if err != nil {
+		return nil, nil, fmt.Errorf("site key: %w", err)
+	}
+	s := &api.Site{Name: req.Name, PublicKey: pub, CreatedAt: now, CreatedBy: by, Hosts: req.Hosts}
+	b, _ := json.Marshal(s)
+	if _, err := st.kv.Create(ctx, req.Name, b); err != nil {
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			return nil, nil, errSiteExists
+		}
+		return nil, nil, fmt.Errorf("store site: %w", err)
+	}
+	return s, seed, nil
+}
+
+// revoke marks a site revoked; every controller then refuses and closes
+// its relays' connections.
+func (st *sites) revoke(ctx context.Context, name string, now time.Time) (*api.Site, error) {
+	for range 5 {
+		cur, err := st.kv.Get(ctx, name)
+		if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrInvalidKey) {
+			return nil, errNoSite
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read site: %w", err)
+		}
+		var s api.Site
+		if err := json.Unmarshal(cur.Value(), &s); err != nil {
+			return nil, fmt.Errorf("stored site %s: %w", name, err)
+		}
+		if s.Revoked {
+			return &s, nil
+		}
+		s.Revoked, s.RevokedAt = true, now
+		b, _ := json.Marshal(s)
+		if _, err := st.kv.Update(ctx, name, b, cur.Revision()); err == nil {
+			return &s, nil
+		} else if !errors.Is(err, jetstream.ErrKeyExists) {
+			return nil, fmt.Errorf("store site: %w", err)
+		}
+	}
+	return nil, errors.New("site changed meanwhile; try again")
+}
+
+// list returns the site records by name.
+func (st *sites) list() []api.Site {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	out := make([]api.Site, 0, len(st.byName))
+	for _, s := range st.byName {
+		out = append(out, *s)
+	}
+	slices.SortFunc(out, func(a, b api.Site) int {
+		switch {
+		case a.Name < b.Name:
+			return -1
+		case a.Name > b.Name:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
