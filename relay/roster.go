@@ -119,7 +119,7 @@ func (r *roster) replace(list []api.Enrollment) []keyChange {
 	r.byKey, r.counts = next, counts
 	r.mu.Unlock()
 	if counts != prevCounts {
-		r.log.Info("site roster", "site", r.site, "admitted", counts.admitted, "pending", counts.pending, "revoked", counts.revoked)
+		r.log.Info("site roster", "admitted", counts.admitted, "pending", counts.pending, "revoked", counts.revoked)
 	}
 	return diffRosters(prev, next)
 }
