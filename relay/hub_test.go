@@ -96,3 +96,31 @@ func TestAgentEnrollsThroughTheRelayAndRunsJobs(t *testing.T) {
 		})
 	}
 }
+
+// A revoked site's relay is cut off the hub and gets nothing from it
+// after.
+func TestRevokedSitesRelayIsCutOff(t *testing.T) {
+	f := fleettest.Start(t, fleet.Options{Agents: 0, Controller: func(c *controller.Config) {
+		c.LeafAddr = "127.0.0.1:0"
+	}})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cred, err := f.Client().CreateSite(ctx, api.SiteCreateRequest{Name: site})
+	if err != nil {
+		t.Fatalf("create site: %v", err)
+	}
+	r := startRelay(t, &cred, "")
+	testwait.Until(t, 30*time.Second, 20*time.Millisecond, "the relay's link to the hub", r.LeafConnected)
+	if err := r.RefreshRoster(ctx); err != nil {
+		t.Fatalf("roster from the hub: %v", err)
+	}
+	if _, err := f.Client().RevokeSite(ctx, site); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Until(t, 30*time.Second, 20*time.Millisecond, "the revoked site's link to go", func() bool {
+		return f.Controller.NATSServer().NumLeafNodes() == 0 && !r.LeafConnected()
+	})
+	if err := r.RefreshRoster(ctx); err == nil {
+		t.Fatal("a revoked site's relay still gets its roster")
+	}
+}
