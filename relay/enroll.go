@@ -68,9 +68,13 @@ type enrollProxy struct {
 	mu   sync.Mutex
 	keys map[string]*rate.Limiter
 
-	sub     *nats.Subscription
-	ctx     context.Context
-	cancel  context.CancelFunc
+	sub    *nats.Subscription
+	ctx    context.Context
+	cancel context.CancelFunc
+	// runMu orders starting a forward against stop: none starts once
+	// stop has begun waiting.
+	runMu   sync.Mutex
+	stopped bool
 	wg      sync.WaitGroup
 	dropped atomic.Int64
 	lastLog atomic.Int64
@@ -106,6 +110,9 @@ func (p *enrollProxy) stop() {
 	if p.sub != nil {
 		_ = p.sub.Unsubscribe()
 	}
+	p.runMu.Lock()
+	p.stopped = true
+	p.runMu.Unlock()
 	p.cancel()
 	p.wg.Wait()
 }
@@ -128,6 +135,11 @@ func (p *enrollProxy) handle(m *nats.Msg) {
 		// Answered elsewhere, the hub's answer would be written with the
 		// relay's rights where the sender chose.
 		p.drop("reply subject is not the sender's own inbox", m)
+		return
+	}
+	p.runMu.Lock()
+	defer p.runMu.Unlock()
+	if p.stopped {
 		return
 	}
 	select {
