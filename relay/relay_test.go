@@ -426,3 +426,36 @@ func TestRelayRefusesASecondConnectionOfAnAdmittedKey(t *testing.T) {
 		return err == nil
 	})
 }
+
+// The relay links to whichever of the hub's URLs answers, and the
+// config's URLs replace the credential's.
+func TestRelayLinksThroughAnyHubURL(t *testing.T) {
+	p := newPKI(t)
+	h := startHub(t, p)
+	dead := "tls://127.0.0.1:1"
+	cases := []struct {
+		name      string
+		credURLs  []string
+		overrides []string
+	}{
+		{"the credential's second URL", []string{dead, h.leafURL()}, nil},
+		{"an override", []string{dead}, []string{h.leafURL()}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := relay.DefaultConfig()
+			cfg.Credential = credential(t, p, tc.credURLs...)
+			cfg.Listen = "127.0.0.1:0"
+			cfg.HubURLs = tc.overrides
+			r, err := relay.New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := r.Start(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			waitLinked(t, r)
+		})
+	}
+}
