@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"strings"
 	"sync"
@@ -162,6 +163,13 @@ func (p *enrollProxy) forward(key string, body []byte, reply string) {
 	ctx, cancel := context.WithTimeout(p.ctx, p.timeout)
 	defer cancel()
 	resp, err := p.nc.RequestWithContext(ctx, api.SiteEnrollSubject(p.site, key), body)
+	if errors.Is(err, nats.ErrNoResponders) {
+		// No link, or no controller yet: the agent hears what it would
+		// from a server with no controller, and asks again without
+		// waiting out its timeout.
+		_ = p.nc.PublishMsg(&nats.Msg{Subject: reply, Header: nats.Header{"Status": []string{"503"}}})
+		return
+	}
 	if err != nil {
 		p.log.Debug("enrollment request unanswered by the hub", "key", key, "err", err)
 		return

@@ -124,3 +124,52 @@ func TestRevokedSitesRelayIsCutOff(t *testing.T) {
 		t.Fatal("a revoked site's relay still gets its roster")
 	}
 }
+
+// An agent of the site waiting for approval comes online once an operator
+// approves it: the hub relinks the site with the node's rights, the relay
+// learns of the admission from its roster, and the agent's next question
+// is answered "admitted".
+func TestSiteAgentWaitsForApprovalThroughTheRelay(t *testing.T) {
+	f := fleettest.Start(t, fleet.Options{Agents: 0, Controller: func(c *controller.Config) {
+		c.LeafAddr = "127.0.0.1:0"
+		c.AutoAdmit = new(bool)
+	}})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cred, err := f.Client().CreateSite(ctx, api.SiteCreateRequest{Name: site})
+	if err != nil {
+		t.Fatalf("create site: %v", err)
+	}
+	r := startRelay(t, &cred, "")
+	testwait.Until(t, 30*time.Second, 20*time.Millisecond, "the relay's link to the hub", r.LeafConnected)
+
+	cfg := agent.DefaultConfig()
+	cfg.Name = "p-2"
+	cfg.NATSURLs = []string{r.URL()}
+	cfg.DataDir = t.TempDir()
+	cfg.Sandbox = filepath.Join(cfg.DataDir, "sandbox")
+	cfg.CAFile, cfg.JoinTokenFile = f.CAFile(), f.JoinTokenFile()
+	a, err := agent.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	actx, stopAgent := context.WithCancel(context.Background())
+	started := make(chan error, 1)
+	go func() { started <- a.Start(actx) }()
+	t.Cleanup(func() {
+		stopAgent()
+		if err := <-started; err == nil {
+			<-a.Done()
+		}
+	})
+	testwait.Until(t, 30*time.Second, 50*time.Millisecond, "the site's agent pending", func() bool {
+		es, err := f.Client().ListEnrollments(ctx, api.EnrollPending)
+		return err == nil && len(es) == 1 && es[0].NodeID == "p-2" && es[0].Site == site
+	})
+	if _, err := f.Client().ApproveNode(ctx, "p-2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.WaitOnline(ctx, "p-2"); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -457,5 +458,20 @@ func TestRelayLinksThroughAnyHubURL(t *testing.T) {
 			defer r.Close()
 			waitLinked(t, r)
 		})
+	}
+}
+
+// With no hub to ask, an enrollment request is answered as a server with
+// no controller answers it ("no responders"), so the agent asks again
+// soon rather than after its timeout.
+func TestRelayWithoutTheHubAnswersNoResponders(t *testing.T) {
+	p := newPKI(t)
+	s := newKey(t)
+	r := startRelay(t, credential(t, p, "tls://127.0.0.1:1"), "")
+	conn := mustConnect(t, r, p, s, api.EnrollConnName+"s1")
+	body, _ := json.Marshal(api.EnrollRequest{NodeID: "s1", Token: "join"})
+	_, err := conn.nc.Request(api.EnrollSubject(s.pub), body, time.Minute)
+	if !errors.Is(err, nats.ErrNoResponders) {
+		t.Fatalf("request without a hub: %v, want no responders", err)
 	}
 }
