@@ -168,3 +168,9 @@ func (c *Client) ListSites(ctx context.Context) ([]SiteStatus, error) {
 func (c *Client) RevokeSite(ctx context.Context, name string) error {
 	return c.do(ctx, http.MethodDelete, "/site/"+url.PathEscape(name), nil, nil)
 }
+
+// NodeSite is the site a node of the job was in when its target was
+// resolved (DefaultSite unless NodeSites names another).
+func (j *Job) NodeSite(id string) string {
+	return SiteOf(j.NodeSites[id])
+}
