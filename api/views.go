@@ -22,6 +22,9 @@ type FleetPage struct {
 	Groups   []GroupCount `json:"groups"`
 	Backends []NameCount  `json:"backends"`
 	Versions []NameCount  `json:"versions"`
+	// Sites counts the nodes of each site (DefaultSite: the controllers'
+	// own agents), sorted by name.
+	Sites []NameCount `json:"sites"`
 	Time     time.Time    `json:"time"`
 }
 
