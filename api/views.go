@@ -25,7 +25,7 @@ type FleetPage struct {
 	// Sites counts the nodes of each site (DefaultSite: the controllers'
 	// own agents), sorted by name.
 	Sites []NameCount `json:"sites"`
-	Time     time.Time    `json:"time"`
+	Time  time.Time   `json:"time"`
 }
 
 // GroupCount counts the nodes of one group by state.
