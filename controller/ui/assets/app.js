@@ -1386,11 +1386,14 @@
         const n = p.nodes.find((x) => x.id === value);
         text = !value ? 'Name a node.' : n ? '1 node (' + n.status + ')' : 'No node ' + value + '.';
       } else {
-        const p = await api('/fleet?' + qs({ group: scope === 'group' ? value : '', limit: 1 }), { signal: v.abort.signal });
+        // A group or a site filters the fleet by that name; all does not.
+        const by = scope === 'all' ? {} : { [scope]: value };
+        const p = await api('/fleet?' + qs({ ...by, limit: 1 }), { signal: v.abort.signal });
         if (scope === 'group') $('launch-values').replaceChildren(...(p.groups || []).map((g) => el('option', { value: g.group })));
-        if (scope === 'group' && !value) text = 'Name a group.';
+        if (scope === 'site') $('launch-values').replaceChildren(...(p.sites || []).map((x) => el('option', { value: x.name })));
+        if (scope !== 'all' && !value) text = 'Name a ' + scope + '.';
         else {
-          const on = scope === 'all' ? p.online : p.matched - (await api('/fleet?' + qs({ group: value, status: 'offline', limit: 1 }), { signal: v.abort.signal })).matched;
+          const on = scope === 'all' ? p.online : p.matched - (await api('/fleet?' + qs({ ...by, status: 'offline', limit: 1 }), { signal: v.abort.signal })).matched;
           const off = scope === 'all' ? 0 : p.matched - on;
           text = num(on) + (on === 1 ? ' node' : ' nodes') + ' online now' + (off ? ', ' + num(off) + ' offline (skipped as unreachable)' : '');
         }
