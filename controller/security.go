@@ -472,9 +472,11 @@ func (s *security) enrollRecord(ctx context.Context, key, site string, req api.E
 	if other != nil && other.NodeID != req.NodeID {
 		return nil, false, fmt.Errorf("this key is enrolled as node %s, not %s", other.NodeID, req.NodeID)
 	}
-	if other != nil && other.Site != site {
+	if other != nil && other.Site != site && site != "" {
 		// A key stays at its site: a relay cannot take over, or even ask
-		// about, another site's node (nor the hub's).
+		// about, another site's node (nor the hub's). Asked on the hub
+		// itself, the key's holder proved the key (the subject names it),
+		// so a site's node may reach a controller directly.
 		return nil, false, &hiddenRefusal{fmt.Sprintf("key enrolled at site %s, asked through site %s", api.SiteOf(other.Site), api.SiteOf(site))}
 	}
 	if other != nil && other.Status != api.EnrollRevoked && slices.Equal(other.Groups, groups) {
@@ -535,7 +537,7 @@ func (s *security) enrollRecord(ctx context.Context, key, site string, req api.E
 	if err := json.Unmarshal(cur.Value(), &e); err != nil {
 		return nil, false, fmt.Errorf("stored enrollment of %s: %w", req.NodeID, err)
 	}
-	if e.Site != site && e.Status != api.EnrollRevoked {
+	if e.Site != site && e.Status != api.EnrollRevoked && (site != "" || e.PublicKey != key) {
 		return nil, false, fmt.Errorf("node id %s is enrolled at site %s; revoke it there first (grid node revoke %s)",
 			req.NodeID, api.SiteOf(e.Site), req.NodeID)
 	}
