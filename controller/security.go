@@ -503,7 +503,7 @@ func (s *security) enrollRecord(ctx context.Context, key, site string, req api.E
 	if tok.scoped != "" {
 		// A genuine scoped token: its holder may learn why it cannot be
 		// used, before anything about the node id.
-		if err := s.joins.check(ctx, tok.scoped, tok.tok, groups, now); err != nil {
+		if err := s.joins.check(ctx, tok.scoped, tok.tok, groups, site, now); err != nil {
 			return nil, false, fmt.Errorf("join token %s: %w", tok.scoped, err)
 		}
 	}
@@ -521,7 +521,7 @@ func (s *security) enrollRecord(ctx context.Context, key, site string, req api.E
 			e.Status, e.DecidedAt = api.EnrollAdmitted, now
 		}
 		b, _ := json.Marshal(e)
-		if err := s.useToken(ctx, tok, groups, now); err != nil {
+		if err := s.useToken(ctx, tok, groups, site, now); err != nil {
 			return nil, false, err
 		}
 		if _, err := s.kv.Create(ctx, req.NodeID, b); err != nil {
@@ -569,7 +569,7 @@ func (s *security) enrollRecord(ctx context.Context, key, site string, req api.E
 		return nil, false, fmt.Errorf("node id %s is enrolled with another key; revoke it first (grid node revoke %s)", req.NodeID, req.NodeID)
 	}
 	b, _ := json.Marshal(e)
-	if err := s.useToken(ctx, tok, groups, now); err != nil {
+	if err := s.useToken(ctx, tok, groups, site, now); err != nil {
 		return nil, false, err
 	}
 	if _, err := s.kv.Update(ctx, req.NodeID, b, cur.Revision()); err != nil {
@@ -580,11 +580,11 @@ func (s *security) enrollRecord(ctx context.Context, key, site string, req api.E
 }
 
 // useToken counts a use of a scoped token (the file's token has no count).
-func (s *security) useToken(ctx context.Context, tok enrollToken, groups []string, now time.Time) error {
+func (s *security) useToken(ctx context.Context, tok enrollToken, groups []string, site string, now time.Time) error {
 	if tok.scoped == "" {
 		return nil
 	}
-	if err := s.joins.use(ctx, tok.scoped, tok.tok, groups, now); err != nil {
+	if err := s.joins.use(ctx, tok.scoped, tok.tok, groups, site, now); err != nil {
 		return fmt.Errorf("join token %s: %w", tok.scoped, err)
 	}
 	return nil
