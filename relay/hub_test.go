@@ -2,6 +2,7 @@ package relay_test
 
 import (
 	"context"
+	"strings"
 	"path/filepath"
 	"testing"
 	"time"
@@ -171,5 +172,59 @@ func TestSiteAgentWaitsForApprovalThroughTheRelay(t *testing.T) {
 	}
 	if err := f.WaitOnline(ctx, "p-2"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A join token scoped to a site enrolls agents through that site's relay
+// only.
+func TestSiteScopedJoinTokenThroughTheRelay(t *testing.T) {
+	f := fleettest.Start(t, fleet.Options{Agents: 0, Controller: func(c *controller.Config) {
+		c.LeafAddr = "127.0.0.1:0"
+	}})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cred, err := f.Client().CreateSite(ctx, api.SiteCreateRequest{Name: site})
+	if err != nil {
+		t.Fatalf("create site: %v", err)
+	}
+	if _, err := f.Client().CreateSite(ctx, api.SiteCreateRequest{Name: "lyon"}); err != nil {
+		t.Fatalf("create site: %v", err)
+	}
+	r := startRelay(t, &cred, "")
+	testwait.Until(t, 30*time.Second, 20*time.Millisecond, "the relay's link to the hub", r.LeafConnected)
+
+	cases := []struct {
+		node, tokenSite string
+		admitted        bool
+	}{
+		{"p-lyon", "lyon", false},
+		{"p-paris", site, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.node, func(t *testing.T) {
+			tok, err := f.Client().CreateJoinToken(ctx, api.JoinTokenRequest{Site: tc.tokenSite, TTL: api.Duration(time.Hour), Uses: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := agent.DefaultConfig()
+			cfg.Name = tc.node
+			cfg.NATSURLs = []string{r.URL()}
+			cfg.DataDir = t.TempDir()
+			cfg.Sandbox = filepath.Join(cfg.DataDir, "sandbox")
+			cfg.CAFile, cfg.JoinToken = f.CAFile(), tok.Token
+			a, err := agent.New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			actx, stopAgent := context.WithCancel(ctx)
+			defer stopAgent()
+			err = a.Start(actx)
+			if err == nil {
+				defer func() { stopAgent(); <-a.Done() }()
+			}
+			if (err == nil) != tc.admitted || (err != nil && !strings.Contains(err.Error(), "site "+tc.tokenSite+" only")) {
+				t.Fatalf("start with a token of site %s through %s's relay: %v, want admitted %v", tc.tokenSite, site, err, tc.admitted)
+			}
+		})
 	}
 }
