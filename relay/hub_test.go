@@ -2,8 +2,8 @@ package relay_test
 
 import (
 	"context"
-	"strings"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
