@@ -261,6 +261,7 @@ func (r *Relay) hubURLs() []string {
 // asks again sooner, up to RosterEvery.
 func (r *Relay) rosterLoop(ctx context.Context) {
 	wait := time.Duration(0)
+	failed := 0
 	for {
 		timer := time.NewTimer(wait)
 		select {
@@ -275,10 +276,18 @@ func (r *Relay) rosterLoop(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			r.log.Debug("roster not refreshed", "err", err)
+			failed++
+			// While the link is down the failures are expected (the leaf
+			// watch says so); with the link up they are worth a line.
+			if failed == 3 && r.LeafConnected() {
+				r.log.Warn("the hub does not answer the roster; agents keep the rights of the last one", "err", err)
+			} else {
+				r.log.Debug("roster not refreshed", "err", err)
+			}
 			wait = min(max(2*wait, 250*time.Millisecond), r.cfg.RosterEvery)
 			continue
 		}
+		failed = 0
 		wait = r.cfg.RosterEvery
 	}
 }
