@@ -321,11 +321,19 @@ func (s *security) onEnroll(m *nats.Msg) {
 func (s *security) answerEnroll(m *nats.Msg, key, site string, replyOK func(*nats.Msg) bool) {
 	now := time.Now().UTC()
 	// Every message a key sends counts against its rate, answerable or
-	// not: a flood without reply subjects is a flood too.
-	if ok, kick := s.gate.admit(key, len(m.Data), now); !ok {
+	// not: a flood without reply subjects is a flood too. A site's relay
+	// names the key in its subject without proving it to the hub, so its
+	// requests are counted apart from the key's own (else one relay could
+	// use up, and get banned, any agent's key) and never close the key's
+	// connections here: its agent is at the relay, which limits it.
+	limitKey := key
+	if site != "" {
+		limitKey = "site:" + site + ":" + key
+	}
+	if ok, kick := s.gate.admit(limitKey, len(m.Data), now); !ok {
 		// An admitted agent is never cut off for asking too often (its
 		// questions pile up while it is disconnected); others are.
-		if kick {
+		if kick && site == "" {
 			s.kick(key, s.isAdmitted(key))
 		}
 		return
