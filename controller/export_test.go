@@ -50,3 +50,7 @@ func (c *Controller) LookAtAuditNow() {
 func (c *Controller) Authorize(pattern string, role api.Role, h http.Handler) http.Handler {
 	return c.authorize(route{pattern: pattern, role: role, handler: h})
 }
+
+// LeafURL is the URL sites' credentials name for this controller's leaf
+// port ("" without one).
+func (c *Controller) LeafURL() string { return c.leafURL }

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
+	"github.com/gridfleet/terraform-provider-grid/internal/bus/embedded"
 	"github.com/gridfleet/terraform-provider-grid/internal/busperm"
 )
 
@@ -123,7 +124,16 @@ func (st *sites) checkLeaf(c server.ClientAuthentication) bool {
 		st.sec.gate.logRefusal("refused a leaf connection: not a live site's key", "key", key)
 		return false
 	}
-	c.RegisterUser(&server.User{Username: "site:" + site, Permissions: st.sec.sitePermissions(site)})
+	ns := st.sec.ns.Load()
+	if ns == nil {
+		return false
+	}
+	acc, err := ns.LookupAccount(embedded.LeafAccount)
+	if err != nil {
+		st.log.Warn("refused a site relay: no account for relays", "site", site, "err", err)
+		return false
+	}
+	c.RegisterUser(&server.User{Username: "site:" + site, Account: acc, Permissions: st.sec.sitePermissions(site)})
 	cid := c.GetID()
 	st.mu.Lock()
 	if st.closed {
@@ -135,11 +145,9 @@ func (st *sites) checkLeaf(c server.ClientAuthentication) bool {
 	}
 	st.leafs[site][cid] = true
 	// Forget the connections that are gone (a relay's reconnects).
-	if ns := st.sec.ns.Load(); ns != nil {
-		for old := range st.leafs[site] {
-			if old != cid && ns.GetLeafNode(old) == nil {
-				delete(st.leafs[site], old)
-			}
+	for old := range st.leafs[site] {
+		if old != cid && ns.GetLeafNode(old) == nil {
+			delete(st.leafs[site], old)
 		}
 	}
 	st.mu.Unlock()
@@ -246,6 +254,19 @@ func (st *sites) connected(site string) int {
 	}
 	return n
 }
+
+// Relays' leaf connections live in their own account (embedded.LeafAccount),
+// which shares with the controllers' only the subjects a relay may ever
+// send (siteSend) or hear (siteHear); each connection's permissions then
+// narrow them to its site's nodes. The server lets a leaf publish some
+// subjects past its permissions (JetStream acknowledgements among them:
+// "+NXT" with a reply subject of the relay's would pull a controller's
+// consumer's messages); in the relays' account they reach nothing.
+var (
+	siteSend = []string{api.SubjectReportAll, api.SubjectProgress, api.SubjectNodeRegisterAll, api.SubjectNodeHeartbeatAll,
+		"grid.site.>"}
+	siteHear = []string{api.SubjectCommands, api.SubjectCancelAll, "_INBOX.>", "_GRID_SITE.>"}
+)
 
 // sitePermissions are the rights of a site's relay on the hub, from the
 // relay's side of the leaf connection: publish what its admitted nodes may

@@ -1,21 +1,35 @@
 package controller_test
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net"
 	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
 	"github.com/gridfleet/terraform-provider-grid/controller"
 	"github.com/gridfleet/terraform-provider-grid/internal/compose/fleet"
 	"github.com/gridfleet/terraform-provider-grid/internal/compose/fleet/fleettest"
+	"github.com/gridfleet/terraform-provider-grid/internal/config"
 	"github.com/gridfleet/terraform-provider-grid/internal/pki"
 )
 
@@ -161,4 +175,327 @@ func readJoinToken(t *testing.T, f *fleet.Fleet) string {
 		t.Fatal(err)
 	}
 	return tok
+}
+
+// rawLeaf speaks the leaf protocol itself, as a relay host may: it sends
+// whatever CONNECT, LS+ and LMSG it likes, not what a NATS server would.
+type rawLeaf struct {
+	conn net.Conn
+	r    *bufio.Reader
+	msgs chan rawLeafMsg
+	done chan struct{}
+}
+
+type rawLeafMsg struct {
+	subject, reply string
+	data           []byte
+}
+
+// dialRawLeaf connects to the hub's leaf port with cred's key, with the
+// CONNECT fields extra added (hub, cluster, …).
+func dialRawLeaf(t *testing.T, cred api.SiteCredential, extra map[string]any) *rawLeaf {
+	t.Helper()
+	kp, err := nkeys.FromSeed([]byte(cred.Seed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := kp.PublicKey()
+	u, err := url.Parse(cred.HubURLs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := net.DialTimeout("tcp", u.Host, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = raw.Close() })
+	_ = raw.SetDeadline(time.Now().Add(10 * time.Second))
+	line, err := bufio.NewReader(raw).ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "INFO ") {
+		t.Fatalf("leaf port INFO: %q %v", line, err)
+	}
+	var info struct {
+		Nonce string `json:"nonce"`
+	}
+	if err := json.Unmarshal([]byte(strings.TrimPrefix(strings.TrimSpace(line), "INFO ")), &info); err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM([]byte(cred.CA))
+	tc := tls.Client(raw, &tls.Config{RootCAs: pool, ServerName: u.Hostname(), MinVersion: tls.VersionTLS12})
+	if err := tc.Handshake(); err != nil {
+		t.Fatal(err)
+	}
+	sig, _ := kp.Sign([]byte(info.Nonce))
+	connect := map[string]any{"nkey": pub, "sig": base64.RawURLEncoding.EncodeToString(sig), "tls_required": true,
+		"name": "raw-" + cred.Site, "headers": true}
+	maps.Copy(connect, extra)
+	b, _ := json.Marshal(connect)
+	l := &rawLeaf{conn: tc, r: bufio.NewReader(tc), msgs: make(chan rawLeafMsg, 1024), done: make(chan struct{})}
+	l.send(t, "CONNECT "+string(b)+"\r\nPING\r\n")
+	_ = raw.SetDeadline(time.Time{})
+	pong := make(chan error, 1)
+	go l.read(pong)
+	select {
+	case err := <-pong:
+		if err != nil {
+			t.Fatalf("raw leaf refused: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("raw leaf: no PONG")
+	}
+	return l
+}
+
+func (l *rawLeaf) send(t *testing.T, s string) {
+	t.Helper()
+	if _, err := l.conn.Write([]byte(s)); err != nil {
+		t.Fatalf("raw leaf write: %v", err)
+	}
+}
+
+// read answers PINGs and hands LMSGs on until the connection ends; the
+// first PONG (or error) goes to pong.
+func (l *rawLeaf) read(pong chan<- error) {
+	defer close(l.done)
+	first := true
+	for {
+		line, err := l.r.ReadString('\n')
+		if err != nil {
+			if first {
+				pong <- err
+			}
+			return
+		}
+		line = strings.TrimRight(line, "\r\n")
+		switch {
+		case strings.HasPrefix(line, "PING"):
+			_, _ = l.conn.Write([]byte("PONG\r\n"))
+		case strings.HasPrefix(line, "PONG") && first:
+			first = false
+			pong <- nil
+		case strings.HasPrefix(line, "-ERR") && first:
+			first = false
+			pong <- errors.New(line)
+		case strings.HasPrefix(line, "LMSG ") || strings.HasPrefix(line, "HMSG "):
+			f := strings.Fields(line)
+			n, _ := strconv.Atoi(f[len(f)-1])
+			body := make([]byte, n+2)
+			if _, err := io.ReadFull(l.r, body); err != nil {
+				return
+			}
+			m := rawLeafMsg{subject: f[1], data: body[:n]}
+			if (f[0] == "LMSG" && len(f) == 4) || (f[0] == "HMSG" && len(f) == 5) {
+				m.reply = f[2]
+			}
+			select {
+			case l.msgs <- m:
+			default:
+			}
+		}
+	}
+}
+
+// pub sends a message as the relay, with no reply or with one, to plain
+// subscribers and to the queue groups named (a leaf names them).
+func (l *rawLeaf) pub(t *testing.T, subject, reply string, data []byte, queues ...string) {
+	t.Helper()
+	r := ""
+	switch {
+	case len(queues) > 0 && reply != "":
+		r = "+ " + reply + " " + strings.Join(queues, " ") + " "
+	case len(queues) > 0:
+		r = "| " + strings.Join(queues, " ") + " "
+	case reply != "":
+		r = reply + " "
+	}
+	l.send(t, fmt.Sprintf("LMSG %s %s%d\r\n%s\r\n", subject, r, len(data), data))
+}
+
+// A relay's leaf connection must reach nothing of JetStream: the server
+// lets acknowledgement subjects ($JS.ACK.…) through from a leaf whatever
+// its permissions (they are routing subjects to it), so a relay speaking
+// the raw protocol could ack, nak or terminate the messages of the
+// controllers' consumers, or pull them ("+NXT" with a reply subject of its
+// own: the scheduler's consumer would hand it the queued job requests).
+// Here it pulls with no_wait, which JetStream answers at once when it
+// hears: the relay must hear nothing back.
+func TestSiteAttackRelayCannotAckControllersConsumers(t *testing.T) {
+	f := siteFleet(t, 0)
+	cred := newSite(t, f, "paris")
+	l := dialRawLeaf(t, cred, nil)
+	inbox := api.SiteInboxPrefix("paris") + ".ack"
+	l.send(t, "LS+ "+api.SiteInboxPrefix("paris")+".>\r\n")
+	// The ack subject of the scheduler's consumer on the requests stream.
+	for seq := 1; seq <= 3; seq++ {
+		l.pub(t, fmt.Sprintf("$JS.ACK.%s.scheduler.1.%d.%d.0.0", api.StreamRequests, seq, seq), inbox, []byte("+ACK"))
+		l.pub(t, fmt.Sprintf("$JS.ACK.%s.scheduler.1.%d.%d.0.0", api.StreamRequests, seq, seq), inbox, []byte(`+NXT {"batch":1,"no_wait":true}`))
+	}
+	// Proof the hub read them: its answer to a roster request after them.
+	l.pub(t, api.SiteRosterSubject("paris"), api.SiteInboxPrefix("paris")+".roster", nil, "grid-site")
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case m := <-l.msgs:
+			if m.subject == inbox {
+				t.Fatalf("JetStream answered the relay's ack on %s: %q", m.subject, m.data)
+			}
+			if m.subject == api.SiteInboxPrefix("paris")+".roster" {
+				// Give the acks the same time again to be answered.
+				select {
+				case m := <-l.msgs:
+					if m.subject == inbox {
+						t.Fatalf("JetStream answered the relay's ack: %q", m.data)
+					}
+				case <-time.After(time.Second):
+				}
+				return
+			}
+		case <-l.done:
+			t.Fatal("the hub closed the relay's connection")
+		case <-deadline:
+			t.Fatal("the hub never answered the relay's roster request")
+		}
+	}
+}
+
+// What a relay may send and hear still crosses between the relays'
+// account and the controllers': an agent enrolled through the relay
+// sends a heartbeat through it and hears the controller's answer in its
+// inbox.
+func TestSiteAttackRelayAccountCarriesItsNodes(t *testing.T) {
+	f := siteFleet(t, 0)
+	relay := startEvilRelay(t, newSite(t, f, "paris"), nil)
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, _ := kp.PublicKey()
+	r, err := relay.enroll(key, api.EnrollRequest{NodeID: "p-1", Token: readJoinToken(t, f)}, 5*time.Second)
+	if err != nil || r.Status != api.EnrollAdmitted || r.Site != "paris" {
+		t.Fatalf("enrollment through the relay: %+v %v", r, err)
+	}
+	// The agent's own connection to the relay, with its inbox.
+	agent, err := nats.Connect(relay.ns.ClientURL(), nats.CustomInboxPrefix(api.AgentInboxPrefix(key)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer agent.Close()
+	// The relay reconnects with p-1's rights once the site's nodes settle.
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		m, err := agent.Request(api.NodeHeartbeatSubject("p-1"), []byte("x"), time.Second)
+		if err == nil {
+			var sr api.StoreReply
+			if err := json.Unmarshal(m.Data, &sr); err != nil || !strings.Contains(sr.Error, "malformed") {
+				t.Fatalf("answer to p-1's heartbeat: %q %v", m.Data, err)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("p-1's heartbeat through the relay was never answered: %v", err)
+		}
+	}
+}
+
+// In a cluster, a relay connected to one controller still speaks to and
+// hears from the others through their routes: the relays' account is
+// every server's.
+func TestSiteAttackRelayAccountAcrossCluster(t *testing.T) {
+	shared := t.TempDir()
+	if _, err := pki.EnsureCA(shared); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pki.EnsureToken(filepath.Join(shared, pki.JoinTokenFile)); err != nil {
+		t.Fatal(err)
+	}
+	const n = 2
+	dirs, clAddrs := make([]string, n), make([]string, n)
+	for i := range n {
+		dirs[i], clAddrs[i] = t.TempDir(), freeAddr(t)
+		for _, name := range []string{pki.CAFile, pki.CAKeyFile, pki.JoinTokenFile} {
+			b, err := os.ReadFile(filepath.Join(shared, name))
+			if err == nil {
+				err = os.WriteFile(filepath.Join(dirs[i], name), b, 0o600)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	ctls := make([]*controller.Controller, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		cfg := controller.DefaultConfig()
+		cfg.Name, cfg.DataDir, cfg.NATSAddr, cfg.APIAddr = fmt.Sprintf("ctl-%d", i+1), dirs[i], freeAddr(t), "127.0.0.1:0"
+		cfg.ClusterName, cfg.ClusterAddr, cfg.LeafAddr = "sites", clAddrs[i], "127.0.0.1:0"
+		cfg.Routes = []string{"nats://" + clAddrs[1-i]}
+		cfg.HeartbeatInterval = config.Duration(300 * time.Millisecond)
+		c, err := controller.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, stop := context.WithCancel(context.Background())
+		t.Cleanup(func() {
+			stop()
+			if ctls[i] != nil {
+				<-c.Done()
+			}
+		})
+		wg.Go(func() {
+			if errs[i] = c.Start(ctx); errs[i] == nil {
+				ctls[i] = c
+			}
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("controller %d: %v", i+1, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	client, err := api.NewClient(ctls[1].APIClientConfig(ctls[1].AdminToken()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cred, err := client.CreateSite(ctx, api.SiteCreateRequest{Name: "paris"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The relay reaches ctl-2 only.
+	cred.HubURLs = []string{ctls[1].LeafURL()}
+	relay := startEvilRelay(t, cred, nil)
+	hub1, err := nats.Connect(ctls[0].NATSURL(), ctls[0].NATSOptions()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hub1.Close()
+	// ctl-1's server hears what the relay sends on ctl-2's ...
+	heard, err := hub1.SubscribeSync(api.SiteRosterSubject("paris"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = hub1.Flush()
+	// ... and the relay hears what ctl-1's server sends.
+	got, err := relay.nc.SubscribeSync(api.SiteInboxPrefix("paris") + ".from-ctl-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = relay.nc.Flush()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		_, _ = relay.roster(500 * time.Millisecond)
+		_ = hub1.Publish(api.SiteInboxPrefix("paris")+".from-ctl-1", []byte("hi"))
+		_, err1 := heard.NextMsg(500 * time.Millisecond)
+		_, err2 := got.NextMsg(500 * time.Millisecond)
+		if err1 == nil && err2 == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("across the cluster: relay to ctl-1 %v, ctl-1 to relay %v", err1, err2)
+		}
+	}
 }
