@@ -39,10 +39,13 @@ type sites struct {
 	byName map[string]*api.Site
 	byKey  map[string]string
 	// leafs are the relays' leaf connections on this server by site:
-	// client ids.
+	// client ids, true once seen set up (checkConnected).
 	leafs map[string]map[uint64]bool
 	// settle holds a pending close of a site's leaf connections.
 	settle map[string]*time.Timer
+	// gen counts the closes of a site's leaf connections (see
+	// checkConnected).
+	gen    map[string]uint64
 	closed bool
 }
 
@@ -50,13 +53,9 @@ type sites struct {
 // before its relays reconnect with the new rights.
 const membershipSettle = time.Second
 
-// hubClaimCheck is when a newly admitted leaf connection is checked for
-// having claimed the hub's role (see checkLeaf).
-const hubClaimCheck = 300 * time.Millisecond
-
 func newSites(log *slog.Logger, sec *security) *sites {
 	return &sites{log: log, sec: sec, byName: map[string]*api.Site{}, byKey: map[string]string{},
-		leafs: map[string]map[uint64]bool{}, settle: map[string]*time.Timer{}}
+		leafs: map[string]map[uint64]bool{}, settle: map[string]*time.Timer{}, gen: map[string]uint64{}}
 }
 
 // watch follows the sites bucket until ctx ends, from a goroutine counted
@@ -95,14 +94,6 @@ func (st *sites) apply(kve jetstream.KeyValueEntry) {
 	}
 }
 
-// live returns the site of a relay key, if the site is live.
-func (st *sites) live(key string) (string, bool) {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	name, ok := st.byKey[key]
-	return name, ok
-}
-
 // exists reports whether name is a live site.
 func (st *sites) exists(name string) bool {
 	st.mu.Lock()
@@ -119,54 +110,67 @@ func (st *sites) checkLeaf(c server.ClientAuthentication) bool {
 		return false
 	}
 	key := c.GetOpts().Nkey
-	site, ok := st.live(key)
-	if !ok {
-		st.sec.gate.logRefusal("refused a leaf connection: not a live site's key", "key", key)
-		return false
-	}
 	ns := st.sec.ns.Load()
 	if ns == nil {
 		return false
 	}
 	acc, err := ns.LookupAccount(embedded.LeafAccount)
 	if err != nil {
-		st.log.Warn("refused a site relay: no account for relays", "site", site, "err", err)
+		st.log.Warn("refused a site relay: no account for relays", "err", err)
 		return false
 	}
-	c.RegisterUser(&server.User{Username: "site:" + site, Account: acc, Permissions: st.sec.sitePermissions(site)})
 	cid := c.GetID()
+	// The site is found live and the connection tracked in one step, so
+	// that a revocation applied meanwhile either refuses it here or finds
+	// it in leafs.
 	st.mu.Lock()
-	if st.closed {
+	site, ok := st.byKey[key]
+	if !ok || st.closed {
 		st.mu.Unlock()
+		if !ok {
+			st.sec.gate.logRefusal("refused a leaf connection: not a live site's key", "key", key)
+		}
 		return false
 	}
 	if st.leafs[site] == nil {
 		st.leafs[site] = map[uint64]bool{}
 	}
-	st.leafs[site][cid] = true
-	// Forget the connections that are gone (a relay's reconnects).
-	for old := range st.leafs[site] {
-		if old != cid && ns.GetLeafNode(old) == nil {
+	st.leafs[site][cid] = false
+	gen := st.gen[site]
+	// Forget the connections that are gone (a relay's reconnects); one
+	// not seen on the server yet may still be on its way there.
+	for old, seen := range st.leafs[site] {
+		if seen && ns.GetLeafNode(old) == nil {
 			delete(st.leafs[site], old)
 		}
 	}
 	st.mu.Unlock()
+	c.RegisterUser(&server.User{Username: "site:" + site, Account: acc, Permissions: st.sec.sitePermissions(site)})
 	addr := ""
 	if a := c.RemoteAddress(); a != nil {
 		addr = a.String()
 	}
 	st.log.Info("site relay connected", "site", site, "addr", addr, "cid", cid)
-	// A relay that claims the hub's role in its CONNECT would turn the
-	// roles of this connection around; a site's relay is always the
-	// spoke. The claim is read after authentication, so it is checked
-	// once the connection is set up.
-	time.AfterFunc(hubClaimCheck, func() { st.refuseHubClaim(site, cid) })
+	time.AfterFunc(leafCheck, func() { st.checkConnected(site, cid, gen, 1) })
 	return true
 }
 
-// refuseHubClaim closes the site's leaf connection cid if it made this
-// server its spoke.
-func (st *sites) refuseHubClaim(site string, cid uint64) {
+// leafCheck is when a newly admitted leaf connection is checked once it
+// is set up (see checkConnected), and again while it is not yet;
+// leafCheckTries bounds the tries.
+const (
+	leafCheck      = 300 * time.Millisecond
+	leafCheckTries = 10
+)
+
+// checkConnected looks at the site's leaf connection cid once the server
+// has set it up, which is after checkLeaf: a close of the site's
+// connections (revocation, its nodes changed: gen moved on) that came in
+// between could not reach it, and the relay's CONNECT may have claimed
+// the hub's role, turning the roles of the connection around (a site's
+// relay is always the spoke). Either way it is closed; otherwise it is
+// marked seen.
+func (st *sites) checkConnected(site string, cid, gen uint64, try int) {
 	ns := st.sec.ns.Load()
 	if ns == nil {
 		return
@@ -175,11 +179,40 @@ func (st *sites) refuseHubClaim(site string, cid uint64) {
 	if err != nil {
 		return
 	}
+	var li *server.LeafInfo
 	for _, l := range lz.Leafs {
-		if l.ID == cid && l.IsSpoke {
-			st.log.Warn("closed a site relay's leaf connection that claimed to be the hub", "site", site, "cid", cid)
-			_ = ns.DisconnectClientByID(cid)
+		if l.ID == cid {
+			li = l
 		}
+	}
+	st.mu.Lock()
+	if st.closed {
+		st.mu.Unlock()
+		return
+	}
+	if li == nil {
+		if try < leafCheckTries {
+			time.AfterFunc(leafCheck, func() { st.checkConnected(site, cid, gen, try+1) })
+		} else if st.leafs[site] != nil {
+			delete(st.leafs[site], cid) // never set up, or gone
+		}
+		st.mu.Unlock()
+		return
+	}
+	s := st.byName[site]
+	stale := s == nil || s.Revoked || st.gen[site] != gen
+	if !stale && st.leafs[site] != nil {
+		st.leafs[site][cid] = true
+	}
+	st.mu.Unlock()
+	switch {
+	case li.IsSpoke:
+		st.log.Warn("closed a site relay's leaf connection that claimed to be the hub", "site", site, "cid", cid)
+		_ = ns.DisconnectClientByID(cid)
+	case stale:
+		st.log.Info("closed a site relay's leaf connection whose site was revoked or whose nodes changed as it connected",
+			"site", site, "cid", cid)
+		_ = ns.DisconnectClientByID(cid)
 	}
 }
 
@@ -210,6 +243,7 @@ func (st *sites) disconnect(site, why string) {
 	st.mu.Lock()
 	cids := st.leafs[site]
 	delete(st.leafs, site)
+	st.gen[site]++
 	st.mu.Unlock()
 	ns := st.sec.ns.Load()
 	if ns == nil {

@@ -191,6 +191,10 @@ type rawLeafMsg struct {
 	data           []byte
 }
 
+// holdConnect, in dialRawLeaf's extra, is a channel it waits on before
+// sending its CONNECT.
+const holdConnect = "hold-connect"
+
 // dialRawLeaf connects to the hub's leaf port with cred's key, with the
 // CONNECT fields extra added (hub, cluster, …).
 func dialRawLeaf(t *testing.T, cred api.SiteCredential, extra map[string]any) *rawLeaf {
@@ -230,6 +234,11 @@ func dialRawLeaf(t *testing.T, cred api.SiteCredential, extra map[string]any) *r
 	connect := map[string]any{"nkey": pub, "sig": base64.RawURLEncoding.EncodeToString(sig), "tls_required": true,
 		"name": "raw-" + cred.Site, "headers": true}
 	maps.Copy(connect, extra)
+	// A test racing connections holds them all here, then lets go.
+	if w, ok := connect[holdConnect].(chan struct{}); ok {
+		delete(connect, holdConnect)
+		<-w
+	}
 	b, _ := json.Marshal(connect)
 	l := &rawLeaf{conn: tc, r: bufio.NewReader(tc), msgs: make(chan rawLeafMsg, 1024), done: make(chan struct{})}
 	l.send(t, "CONNECT "+string(b)+"\r\nPING\r\n")
@@ -496,6 +505,45 @@ func TestSiteAttackRelayAccountAcrossCluster(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("across the cluster: relay to ctl-1 %v, ctl-1 to relay %v", err1, err2)
+		}
+	}
+}
+
+// A relay opens many leaf connections at once, so that the hub decides on
+// one while another is between its authentication and its set-up on the
+// server: every one of them must still be closed when the site is
+// revoked (none forgotten, none missed for not being set up yet).
+func TestSiteAttackRelayConnectionsRacingRevocationAllClosed(t *testing.T) {
+	f := siteFleet(t, 0)
+	cred := newSite(t, f, "paris")
+	var ls []*rawLeaf
+	var mu sync.Mutex
+	for range 4 {
+		hold := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range 40 {
+			wg.Go(func() {
+				l := dialRawLeaf(t, cred, map[string]any{"name": fmt.Sprintf("racer-%d", i), holdConnect: hold})
+				mu.Lock()
+				ls = append(ls, l)
+				mu.Unlock()
+			})
+		}
+		// Let the TLS handshakes finish, then send every CONNECT at once.
+		time.Sleep(500 * time.Millisecond)
+		close(hold)
+		wg.Wait()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := f.Client().RevokeSite(ctx, "paris"); err != nil {
+		t.Fatal(err)
+	}
+	for i, l := range ls {
+		select {
+		case <-l.done:
+		case <-ctx.Done():
+			t.Fatalf("leaf connection %d of a revoked site is still open", i)
 		}
 	}
 }
