@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
+	"golang.org/x/time/rate"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
 	"github.com/gridfleet/terraform-provider-grid/internal/bus/embedded"
@@ -45,9 +46,19 @@ type sites struct {
 	settle map[string]*time.Timer
 	// gen counts the closes of a site's leaf connections (see
 	// checkConnected).
-	gen    map[string]uint64
-	closed bool
+	gen map[string]uint64
+	// rosters limit each site's roster requests (rosterRate).
+	rosters map[string]*rate.Limiter
+	closed  bool
 }
+
+// A roster answer walks every enrollment of the fleet: a site's relay asks
+// at start, every few seconds and after each reconnect, and no faster
+// (per controller).
+const (
+	rosterRate  = rate.Limit(2)
+	rosterBurst = 10
+)
 
 // membershipSettle is how long a change of a site's nodes waits for more
 // before its relays reconnect with the new rights.
@@ -55,7 +66,8 @@ const membershipSettle = time.Second
 
 func newSites(log *slog.Logger, sec *security) *sites {
 	return &sites{log: log, sec: sec, byName: map[string]*api.Site{}, byKey: map[string]string{},
-		leafs: map[string]map[uint64]bool{}, settle: map[string]*time.Timer{}, gen: map[string]uint64{}}
+		leafs: map[string]map[uint64]bool{}, settle: map[string]*time.Timer{}, gen: map[string]uint64{},
+		rosters: map[string]*rate.Limiter{}}
 }
 
 // watch follows the sites bucket until ctx ends, from a goroutine counted
@@ -371,7 +383,7 @@ func (st *sites) onRoster(m *nats.Msg) {
 	if !ok || kind != "roster" || !st.exists(site) {
 		return
 	}
-	if !st.sec.replies.under(m, api.SiteInboxPrefix(site)+".") {
+	if !st.sec.replies.under(m, api.SiteInboxPrefix(site)+".") || !st.rosterAllowed(site) {
 		return
 	}
 	b, err := json.Marshal(api.SiteRoster{Site: site, Enrollments: st.sec.siteEnrollments(site)})
@@ -379,6 +391,19 @@ func (st *sites) onRoster(m *nats.Msg) {
 		return
 	}
 	_ = m.Respond(b)
+}
+
+// rosterAllowed takes one of a site's roster answers (the sites are few
+// and named by the operator, so a limiter each is kept).
+func (st *sites) rosterAllowed(site string) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	l := st.rosters[site]
+	if l == nil {
+		l = rate.NewLimiter(rosterRate, rosterBurst)
+		st.rosters[site] = l
+	}
+	return l.Allow()
 }
 
 // siteEnrollments are the enrollments of a site's nodes, by node id.

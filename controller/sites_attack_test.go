@@ -547,3 +547,35 @@ func TestSiteAttackRelayConnectionsRacingRevocationAllClosed(t *testing.T) {
 		}
 	}
 }
+
+// Each roster answer costs a controller a walk over every enrollment of
+// the fleet: a relay that asks without pause must not have them all
+// answered (a real relay asks every few seconds and after a reconnect).
+func TestSiteAttackRelayRosterFloodIsBounded(t *testing.T) {
+	f := siteFleet(t, 0)
+	relay := startEvilRelay(t, newSite(t, f, "paris"), nil)
+	sub, err := relay.nc.SubscribeSync(api.SiteInboxPrefix("paris") + ".flood")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const asked = 200
+	for range asked {
+		_ = relay.nc.PublishRequest(api.SiteRosterSubject("paris"), api.SiteInboxPrefix("paris")+".flood", nil)
+	}
+	if err := relay.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	answered := 0
+	for {
+		if _, err := sub.NextMsg(2 * time.Second); err != nil {
+			break
+		}
+		answered++
+	}
+	if answered > 20 {
+		t.Fatalf("%d of %d roster requests sent at once were answered", answered, asked)
+	}
+	if answered == 0 {
+		t.Fatal("no roster request of the flood was answered")
+	}
+}
