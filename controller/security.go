@@ -55,10 +55,13 @@ type security struct {
 	// sites are the sites whose relays may connect on the leaf port (nil
 	// until their bucket is loaded: leaf connections are refused until
 	// then).
-	sites   atomic.Pointer[sites]
-	gate    *enrollGate
-	fileTok fileToken
-	live    liveConns
+	sites atomic.Pointer[sites]
+	gate  *enrollGate
+	// siteGate limits the requests sites' relays send on per key (only
+	// its admit is used; the budgets are gate's, shared).
+	siteGate *enrollGate
+	fileTok  fileToken
+	live     liveConns
 
 	mu      sync.RWMutex
 	byNode  map[string]*api.Enrollment
@@ -99,7 +102,7 @@ func newSecurity(cfg Config, log *slog.Logger) (*security, error) {
 			ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12},
 		clientTLS: &tls.Config{Certificates: []tls.Certificate{ctl}, RootCAs: pool, MinVersion: tls.VersionTLS12},
 		byNode:    map[string]*api.Enrollment{}, byKey: map[string]*api.Enrollment{}, revoked: map[string]bool{},
-		gate: newEnrollGate(log),
+		gate: newEnrollGate(log), siteGate: newEnrollGate(log),
 	}, nil
 }
 
@@ -326,11 +329,13 @@ func (s *security) answerEnroll(m *nats.Msg, key, site string, replyOK func(*nat
 	// requests are counted apart from the key's own (else one relay could
 	// use up, and get banned, any agent's key) and never close the key's
 	// connections here: its agent is at the relay, which limits it.
-	limitKey := key
+	// They are kept in a table of their own, too: a relay names keys for
+	// free, and a flood of fresh keys starts a table over, bans included.
+	gate, limitKey := s.gate, key
 	if site != "" {
-		limitKey = "site:" + site + ":" + key
+		gate, limitKey = s.siteGate, site+":"+key
 	}
-	if ok, kick := s.gate.admit(limitKey, len(m.Data), now); !ok {
+	if ok, kick := gate.admit(limitKey, len(m.Data), now); !ok {
 		// An admitted agent is never cut off for asking too often (its
 		// questions pile up while it is disconnected); others are.
 		if kick && site == "" {

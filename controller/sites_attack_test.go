@@ -579,3 +579,54 @@ func TestSiteAttackRelayRosterFloodIsBounded(t *testing.T) {
 		t.Fatal("no roster request of the flood was answered")
 	}
 }
+
+// The per-key limits of enrollment requests are kept for a bounded number
+// of keys, and a flood of fresh keys starts the table over. A relay names
+// keys for free (no connection, no signature each), so its keys must not
+// share that table with the hub's: else it could start it over at will
+// and lift the ban of a stranger that floods the hub.
+func TestSiteAttackRelayCannotLiftBans(t *testing.T) {
+	// Without auto-admission the enrollments that close the batches leave
+	// the site's rights, and so the relay's connection, as they are.
+	f := fleettest.Start(t, fleet.Options{Controller: func(c *controller.Config) {
+		c.LeafAddr = "127.0.0.1:0"
+		c.AutoAdmit = new(false)
+	}})
+	cred := newSite(t, f, "paris")
+	relay := startEvilRelay(t, cred, nil)
+	tok := readJoinToken(t, f)
+
+	// A stranger floods on the hub and is banned.
+	k := ar2Stranger(t, f)
+	for i := 0; i < 200 && k.nc.IsConnected(); i++ {
+		_ = k.nc.PublishRequest(api.EnrollSubject(k.pub), api.AgentInboxPrefix(k.pub)+".x", []byte(`{"node_id":"x"}`))
+	}
+	_ = k.nc.Flush()
+	deadline := time.Now().Add(5 * time.Second)
+	for k.nc.IsConnected() && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if _, err := ar2Connect(t, f, k.kp); err == nil {
+		t.Fatal("the flooding stranger was not banned")
+	}
+
+	// The relay asks for more fresh keys than the table holds, in batches
+	// each closed by a real enrollment, whose answer says the hub read the
+	// batch.
+	for batch := 0; batch < 13; batch++ {
+		for range 800 {
+			kp, _ := nkeys.CreateUser()
+			pub, _ := kp.PublicKey()
+			_ = relay.nc.Publish(api.SiteEnrollSubject("paris", pub), []byte(`{"node_id":"x"}`))
+		}
+		kp, _ := nkeys.CreateUser()
+		pub, _ := kp.PublicKey()
+		r, err := relay.enroll(pub, api.EnrollRequest{NodeID: fmt.Sprintf("sync-%d", batch), Token: tok}, 10*time.Second)
+		if err != nil || r.Error != "" {
+			t.Fatalf("batch %d: %+v %v", batch, r, err)
+		}
+	}
+	if _, err := ar2Connect(t, f, k.kp); err == nil {
+		t.Fatal("a relay's flood of fresh keys lifted the ban of a stranger flooding the hub")
+	}
+}
