@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+
 	"github.com/gridfleet/terraform-provider-grid/api"
 )
 
@@ -54,3 +56,12 @@ func (c *Controller) Authorize(pattern string, role api.Role, h http.Handler) ht
 // LeafURL is the URL sites' credentials name for this controller's leaf
 // port ("" without one).
 func (c *Controller) LeafURL() string { return c.leafURL }
+
+// SiteSend and SiteHear are the subjects that cross between the relays'
+// account and the controllers'.
+var SiteSend, SiteHear = siteSend, siteHear
+
+// SitePermissions are the rights of a site's relay on this controller.
+func (c *Controller) SitePermissions(site string) *server.Permissions {
+	return c.sec.sitePermissions(site)
+}

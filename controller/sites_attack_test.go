@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -628,5 +629,52 @@ func TestSiteAttackRelayCannotLiftBans(t *testing.T) {
 	}
 	if _, err := ar2Connect(t, f, k.kp); err == nil {
 		t.Fatal("a relay's flood of fresh keys lifted the ban of a stranger flooding the hub")
+	}
+}
+
+// Every subject a relay's connection may publish or hear crosses between
+// the relays' account and the controllers' (a subject added to an agent's
+// rights and not to the crossing would silently never arrive), and what
+// crosses is no wider than a relay's rights could ever be: nothing of
+// JetStream, results, requests, audit or dead letters.
+func TestSiteAttackRelayAccountCrossesExactlyItsRights(t *testing.T) {
+	f := siteFleet(t, 0)
+	cred := newSite(t, f, "paris")
+	relay := startEvilRelay(t, cred, nil)
+	kp, _ := nkeys.CreateUser()
+	key, _ := kp.PublicKey()
+	r, err := relay.enroll(key, api.EnrollRequest{NodeID: "p-1", Groups: []string{"web.prod"}, Token: readJoinToken(t, f)}, 5*time.Second)
+	if err != nil || r.Status != api.EnrollAdmitted {
+		t.Fatalf("enrollment through the relay: %+v %v", r, err)
+	}
+	p := f.Controller.SitePermissions("paris")
+	covered := func(subject string, crossing []string) bool {
+		for _, c := range crossing {
+			if server.SubjectMatchesFilter(subject, c) {
+				return true
+			}
+		}
+		return false
+	}
+	if len(p.Publish.Allow) < 5 || len(p.Subscribe.Allow) < 5 {
+		t.Fatalf("paris's rights do not hold p-1's: %+v %+v", p.Publish.Allow, p.Subscribe.Allow)
+	}
+	for _, s := range p.Publish.Allow {
+		if !covered(s, controller.SiteSend) {
+			t.Errorf("a relay may publish %s, which does not reach the controllers", s)
+		}
+	}
+	for _, s := range p.Subscribe.Allow {
+		if !covered(s, controller.SiteHear) {
+			t.Errorf("a relay may hear %s, which never reaches it", s)
+		}
+	}
+	for _, s := range []string{"$JS.API.STREAM.LIST", "$JS.ACK.requests.scheduler.1.1.1.0.0", "$KV.enrollments.x",
+		"result.j", "request.j", "audit.record", "dlq.x", "grid.enroll.x", "$SYS.REQ.SERVER.PING"} {
+		for _, c := range append(slices.Clone(controller.SiteSend), controller.SiteHear...) {
+			if server.SubjectsCollide(s, c) {
+				t.Errorf("%s crosses between the relays' account and the controllers' (as %s)", s, c)
+			}
+		}
 	}
 }
