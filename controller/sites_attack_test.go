@@ -678,3 +678,72 @@ func TestSiteAttackRelayAccountCrossesExactlyItsRights(t *testing.T) {
 		}
 	}
 }
+
+// A group's step narrowed to one site (group:web.prod@default) must not
+// reach a relay whose site has nodes in the same group: the relay would
+// hear the commands of another site's nodes.
+func TestSiteAttackRelayDoesNotHearGroupOfAnotherSite(t *testing.T) {
+	f := siteFleet(t, 1) // node-1: web.prod, at the hub
+	relay := startEvilRelay(t, newSite(t, f, "paris"), nil)
+	kp, _ := nkeys.CreateUser()
+	key, _ := kp.PublicKey()
+	r, err := relay.enroll(key, api.EnrollRequest{NodeID: "p-1", Groups: []string{"web.prod"}, Token: readJoinToken(t, f)}, 5*time.Second)
+	if err != nil || r.Status != api.EnrollAdmitted {
+		t.Fatalf("enrollment through the relay: %+v %v", r, err)
+	}
+	// The relay listens where p-1's agent would.
+	heard := make(chan *nats.Msg, 64)
+	for _, subj := range api.AgentCommandSubjects("p-1", "paris", []string{"web.prod"}) {
+		if _, err := relay.nc.ChanSubscribe(subj, heard); err != nil {
+			t.Fatal(err)
+		}
+	}
+	next := func(d time.Duration) (*nats.Msg, error) {
+		select {
+		case m := <-heard:
+			return m, nil
+		case <-time.After(d):
+			return nil, nats.ErrTimeout
+		}
+	}
+	// The relay holds p-1's rights once it has reconnected: a site-wide
+	// broadcast to paris reaches it.
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := f.WaitOnline(ctx, "node-1"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		hub, err := nats.Connect(f.NATSURL(), f.NATSOptions()...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = hub.Publish(api.SiteCommandSubject("paris", "net", "probe"), []byte("{}"))
+		_ = hub.Flush()
+		hub.Close()
+		if m, err := next(500 * time.Millisecond); err == nil && m.Subject == api.SiteCommandSubject("paris", "net", "probe") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the relay never held p-1's rights")
+		}
+	}
+	job, err := f.Client().SubmitJob(ctx, &api.JobSpec{Target: api.Target{Scope: api.ScopeGroup, Value: "web.prod", Site: api.DefaultSite},
+		Tasks: []api.Phase{{Backend: "net", Action: "dns_get"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j, err := f.Client().WaitJob(ctx, job.ID); err != nil || j.Status != api.JobCompleted {
+		t.Fatalf("the hub's group job: %v %+v", err, j)
+	}
+	for {
+		m, err := next(time.Second)
+		if err != nil {
+			return
+		}
+		if strings.Contains(string(m.Data), job.ID) {
+			t.Fatalf("the relay of paris heard a command of the hub's group job on %s", m.Subject)
+		}
+	}
+}
