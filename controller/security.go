@@ -139,7 +139,9 @@ func (s *security) Check(c server.ClientAuthentication) bool {
 	e := s.byKey[o.Nkey]
 	revoked := s.revoked[o.Nkey]
 	s.mu.RUnlock()
-	admitted := e != nil && e.Status == api.EnrollAdmitted
+	// A node of a site holds its rights while its site lives: revoking a
+	// site ends what the keys its relay enrolled can do here too.
+	admitted := e != nil && e.Status == api.EnrollAdmitted && s.siteLive(e.Site)
 	enrolling := strings.HasPrefix(o.Name, api.EnrollConnName)
 	// A key that flooded the enrollment subject lately gets no connection
 	// that may only ask to enroll (an admitted agent's own connection is
@@ -157,7 +159,7 @@ func (s *security) Check(c server.ClientAuthentication) bool {
 		// enrolled: it gets that alone, so that sparing it from the
 		// duplicate check (and from disconnect) gives a name nothing.
 		c.RegisterUser(&server.User{Username: "enrolling", Permissions: busperm.Enrollee(o.Nkey)})
-	case e != nil && e.Status == api.EnrollAdmitted:
+	case admitted:
 		if !s.admitOnce(c, o.Nkey, e.NodeID) {
 			return false
 		}
@@ -166,6 +168,29 @@ func (s *security) Check(c server.ClientAuthentication) bool {
 		c.RegisterUser(&server.User{Username: "enrolling", Permissions: busperm.Enrollee(o.Nkey)})
 	}
 	return true
+}
+
+// siteLive reports whether a node's site lives: the hub's own always
+// does; another only while its record is there and not revoked.
+func (s *security) siteLive(site string) bool {
+	if site == "" || site == api.DefaultSite {
+		return true
+	}
+	st := s.sites.Load()
+	return st != nil && st.exists(site)
+}
+
+// siteKeys are the keys of a site's nodes.
+func (s *security) siteKeys(site string) []string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var keys []string
+	for _, e := range s.byNode {
+		if e.Site == site {
+			keys = append(keys, e.PublicKey)
+		}
+	}
+	return keys
 }
 
 // admitted returns the groups a node id was admitted with.

@@ -103,6 +103,11 @@ func (st *sites) apply(kve jetstream.KeyValueEntry) {
 	st.mu.Unlock()
 	if next == nil || next.Revoked {
 		st.disconnect(name, "site revoked")
+		// Its nodes' keys connected straight to this server lose their
+		// rights too (Check): close their connections.
+		for _, key := range st.sec.siteKeys(name) {
+			st.sec.disconnect(key, true)
+		}
 	}
 }
 

@@ -747,3 +747,51 @@ func TestSiteAttackRelayDoesNotHearGroupOfAnotherSite(t *testing.T) {
 		}
 	}
 }
+
+// A relay names the keys it enrolls, so a compromised one enrolls keys it
+// made itself and holds their seeds. Revoking its site must end what they
+// can do at the hub too: connected straight to a controller, they get no
+// node's rights.
+func TestSiteAttackRevokedSiteNodesGetNoRightsAtTheHub(t *testing.T) {
+	f := siteFleet(t, 0)
+	relay := startEvilRelay(t, newSite(t, f, "paris"), nil)
+	kp, _ := nkeys.CreateUser()
+	key, _ := kp.PublicKey()
+	r, err := relay.enroll(key, api.EnrollRequest{NodeID: "p-1", Groups: []string{"web"}, Token: readJoinToken(t, f)}, 5*time.Second)
+	if err != nil || r.Status != api.EnrollAdmitted {
+		t.Fatalf("enrollment through the relay: %+v %v", r, err)
+	}
+	// Straight to the hub, its key holds p-1's rights while paris lives.
+	conn := func() (*ar2Key, error) {
+		return ar2Connect(t, f, kp, nats.Name("p-1"), nats.ReconnectWait(50*time.Millisecond))
+	}
+	heartbeat := func(k *ar2Key) error {
+		_, err := k.nc.Request(api.NodeHeartbeatSubject("p-1"), []byte("x"), 2*time.Second)
+		return err
+	}
+	k, err := conn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := heartbeat(k); err != nil {
+		t.Fatalf("p-1 straight to the hub before its site was revoked: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := f.Client().RevokeSite(ctx, "paris"); err != nil {
+		t.Fatal(err)
+	}
+	// The open connection is closed, and a new one gets nothing of p-1.
+	deadline := time.Now().Add(5 * time.Second)
+	for k.nc.IsConnected() && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if k.nc.IsConnected() {
+		t.Fatal("p-1's connection to the hub stayed open after its site was revoked")
+	}
+	if k, err = conn(); err == nil {
+		if err := heartbeat(k); err == nil {
+			t.Fatal("p-1 still speaks at the hub after its site was revoked")
+		}
+	}
+}
