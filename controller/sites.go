@@ -39,9 +39,9 @@ type sites struct {
 	mu     sync.Mutex
 	byName map[string]*api.Site
 	byKey  map[string]string
-	// leafs are the relays' leaf connections on this server by site:
-	// client ids, true once seen set up (checkConnected).
-	leafs map[string]map[uint64]bool
+	// leafs are the relays' leaf connections on this server by site and
+	// client id.
+	leafs map[string]map[uint64]*leafConn
 	// settle holds a pending close of a site's leaf connections.
 	settle map[string]*time.Timer
 	// gen counts the closes of a site's leaf connections (see
@@ -60,13 +60,21 @@ const (
 	rosterBurst = 10
 )
 
+// leafConn is a relay's leaf connection.
+type leafConn struct {
+	// name is the server name the relay gave in its CONNECT.
+	name string
+	// seen once set up on the server (checkConnected).
+	seen bool
+}
+
 // membershipSettle is how long a change of a site's nodes waits for more
 // before its relays reconnect with the new rights.
 const membershipSettle = time.Second
 
 func newSites(log *slog.Logger, sec *security) *sites {
 	return &sites{log: log, sec: sec, byName: map[string]*api.Site{}, byKey: map[string]string{},
-		leafs: map[string]map[uint64]bool{}, settle: map[string]*time.Timer{}, gen: map[string]uint64{},
+		leafs: map[string]map[uint64]*leafConn{}, settle: map[string]*time.Timer{}, gen: map[string]uint64{},
 		rosters: map[string]*rate.Limiter{}}
 }
 
@@ -149,15 +157,31 @@ func (st *sites) checkLeaf(c server.ClientAuthentication) bool {
 		}
 		return false
 	}
-	if st.leafs[site] == nil {
-		st.leafs[site] = map[uint64]bool{}
+	// The server replaces a leaf connection by a newer one giving the same
+	// server name (and cluster and remote account, which the CONNECT
+	// names too): a relay's reconnect replacing its stale connection. A
+	// name held by another site's relay is refused, so that no relay can
+	// cut off another site's.
+	name := c.GetOpts().Name
+	for other, conns := range st.leafs {
+		for ocid, lc := range conns {
+			if other != site && name != "" && lc.name == name && (!lc.seen || ns.GetLeafNode(ocid) != nil) {
+				st.mu.Unlock()
+				st.log.Warn("refused a site relay giving the server name of another site's relay", "site", site,
+					"other_site", other, "name", name)
+				return false
+			}
+		}
 	}
-	st.leafs[site][cid] = false
+	if st.leafs[site] == nil {
+		st.leafs[site] = map[uint64]*leafConn{}
+	}
+	st.leafs[site][cid] = &leafConn{name: name}
 	gen := st.gen[site]
 	// Forget the connections that are gone (a relay's reconnects); one
 	// not seen on the server yet may still be on its way there.
-	for old, seen := range st.leafs[site] {
-		if seen && ns.GetLeafNode(old) == nil {
+	for old, lc := range st.leafs[site] {
+		if lc.seen && ns.GetLeafNode(old) == nil {
 			delete(st.leafs[site], old)
 		}
 	}
@@ -218,8 +242,8 @@ func (st *sites) checkConnected(site string, cid, gen uint64, try int) {
 	}
 	s := st.byName[site]
 	stale := s == nil || s.Revoked || st.gen[site] != gen
-	if !stale && st.leafs[site] != nil {
-		st.leafs[site][cid] = true
+	if lc := st.leafs[site][cid]; !stale && lc != nil {
+		lc.seen = true
 	}
 	st.mu.Unlock()
 	switch {

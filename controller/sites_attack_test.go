@@ -200,6 +200,16 @@ const holdConnect = "hold-connect"
 // CONNECT fields extra added (hub, cluster, …).
 func dialRawLeaf(t *testing.T, cred api.SiteCredential, extra map[string]any) *rawLeaf {
 	t.Helper()
+	l, err := tryRawLeaf(t, cred, extra)
+	if err != nil {
+		t.Fatalf("raw leaf refused: %v", err)
+	}
+	return l
+}
+
+// tryRawLeaf is dialRawLeaf returning the hub's refusal.
+func tryRawLeaf(t *testing.T, cred api.SiteCredential, extra map[string]any) (*rawLeaf, error) {
+	t.Helper()
 	kp, err := nkeys.FromSeed([]byte(cred.Seed))
 	if err != nil {
 		t.Fatal(err)
@@ -249,12 +259,12 @@ func dialRawLeaf(t *testing.T, cred api.SiteCredential, extra map[string]any) *r
 	select {
 	case err := <-pong:
 		if err != nil {
-			t.Fatalf("raw leaf refused: %v", err)
+			return nil, err
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("raw leaf: no PONG")
+		return nil, errors.New("raw leaf: no PONG")
 	}
-	return l
+	return l, nil
 }
 
 func (l *rawLeaf) send(t *testing.T, s string) {
@@ -792,6 +802,36 @@ func TestSiteAttackRevokedSiteNodesGetNoRightsAtTheHub(t *testing.T) {
 	if k, err = conn(); err == nil {
 		if err := heartbeat(k); err == nil {
 			t.Fatal("p-1 still speaks at the hub after its site was revoked")
+		}
+	}
+}
+
+// The server replaces a leaf connection by a newer one that gives the
+// same server name, cluster and remote account (a relay's reconnect
+// replacing its stale connection): another site's relay must not cut a
+// relay off by giving its names.
+func TestSiteAttackRelayCannotEvictAnotherSitesRelay(t *testing.T) {
+	f := siteFleet(t, 0)
+	lyon, paris := newSite(t, f, "lyon"), newSite(t, f, "paris")
+	names := map[string]any{"name": "relay-lyon", "cluster": "lyon", "remote_account": "$G"}
+	victim := dialRawLeaf(t, lyon, names)
+	if l, err := tryRawLeaf(t, paris, names); err == nil {
+		// Refused or not, the hub has decided once it answers.
+		l.send(t, "PING\r\n")
+	}
+	// lyon's relay asks for its roster: answered if still connected.
+	_, _ = victim.conn.Write([]byte("LS+ " + api.SiteInboxPrefix("lyon") + ".>\r\n" +
+		fmt.Sprintf("LMSG %s + %s grid-site 0\r\n\r\n", api.SiteRosterSubject("lyon"), api.SiteInboxPrefix("lyon")+".r")))
+	for {
+		select {
+		case m := <-victim.msgs:
+			if m.subject == api.SiteInboxPrefix("lyon")+".r" {
+				return
+			}
+		case <-victim.done:
+			t.Fatal("lyon's relay was cut off by a relay of paris giving its names")
+		case <-time.After(10 * time.Second):
+			t.Fatal("lyon's relay was not answered")
 		}
 	}
 }
