@@ -835,3 +835,45 @@ func TestSiteAttackRelayCannotEvictAnotherSitesRelay(t *testing.T) {
 		}
 	}
 }
+
+// Strangers on the leaf port: no key, a made-up key, a site's public key
+// signed with another key, a revoked site's key. All refused.
+func TestSiteAttackLeafPortRefusesStrangers(t *testing.T) {
+	f := siteFleet(t, 0)
+	paris := newSite(t, f, "paris")
+	gone := newSite(t, f, "gone")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := f.Client().RevokeSite(ctx, "gone"); err != nil {
+		t.Fatal(err)
+	}
+	madeUp, _ := nkeys.CreateUser()
+	madeUpSeed, _ := madeUp.Seed()
+	parisKP, _ := nkeys.FromSeed([]byte(paris.Seed))
+	parisPub, _ := parisKP.PublicKey()
+	withSeed := func(seed string) api.SiteCredential {
+		c := paris
+		c.Seed = seed
+		return c
+	}
+	for _, tc := range []struct {
+		name  string
+		cred  api.SiteCredential
+		extra map[string]any
+	}{
+		{"no key", paris, map[string]any{"nkey": "", "sig": ""}},
+		{"made-up key", withSeed(string(madeUpSeed)), nil},
+		{"site's key, another's signature", withSeed(string(madeUpSeed)), map[string]any{"nkey": parisPub}},
+		{"revoked site", gone, nil},
+	} {
+		if l, err := tryRawLeaf(t, tc.cred, tc.extra); err == nil {
+			select {
+			case <-l.done:
+			case <-time.After(5 * time.Second):
+				t.Errorf("%s: the leaf port let it in", tc.name)
+			}
+		}
+	}
+	// The genuine credential gets in.
+	dialRawLeaf(t, paris, nil)
+}
