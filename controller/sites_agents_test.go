@@ -12,6 +12,7 @@ import (
 
 	"github.com/gridfleet/terraform-provider-grid/agent"
 	"github.com/gridfleet/terraform-provider-grid/api"
+	"github.com/gridfleet/terraform-provider-grid/controller"
 	"github.com/gridfleet/terraform-provider-grid/internal/compose/fleet"
 	"github.com/gridfleet/terraform-provider-grid/internal/compose/fleet/fleettest"
 )
@@ -22,10 +23,13 @@ import (
 // narrowed to a site on the group's agents there, and each job names its
 // nodes' sites.
 func TestSiteTargetsRunOnTheirSitesAgents(t *testing.T) {
-	f := fleettest.Start(t, fleet.Options{Agents: 2, Groups: func(int) []string { return []string{"web"} }})
+	f := fleettest.Start(t, fleet.Options{Agents: 2, Groups: func(int) []string { return []string{"web"} },
+		Controller: func(c *controller.Config) { c.LeafAddr = "127.0.0.1:0" }})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cl := f.Client()
+	// A site's node has rights only while its site is live.
+	createSite(t, f, "paris")
 	if err := f.WaitOnline(ctx, "node-1", "node-2"); err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +62,7 @@ func TestSiteTargetsRunOnTheirSitesAgents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	actx, stop := context.WithCancel(context.Background())
+	actx, stop := context.WithTimeout(context.Background(), 60*time.Second)
 	defer func() { stop(); <-a.Done() }()
 	if err := a.Start(actx); err != nil {
 		t.Fatal(err)
