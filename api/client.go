@@ -476,8 +476,19 @@ func (c *Client) ListJobsPage(ctx context.Context, q JobQuery) ([]Job, error) {
 
 // ListNodes lists registered nodes.
 func (c *Client) ListNodes(ctx context.Context) ([]NodeInfo, error) {
+	return c.ListSiteNodes(ctx, "")
+}
+
+// ListSiteNodes lists the registered nodes of one site (GET
+// /nodes?site=NAME; DefaultSite is the hub's own agents); an empty site
+// lists every node.
+func (c *Client) ListSiteNodes(ctx context.Context, site string) ([]NodeInfo, error) {
+	path := "/nodes"
+	if site != "" {
+		path += "?" + url.Values{"site": {site}}.Encode()
+	}
 	var out []NodeInfo
-	return out, c.do(ctx, http.MethodGet, "/nodes", nil, &out)
+	return out, c.do(ctx, http.MethodGet, path, nil, &out)
 }
 
 // GetNode fetches one node with its schemas.

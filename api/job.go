@@ -126,6 +126,11 @@ type Job struct {
 	// Unreachable holds the node ids the target matched that were offline
 	// when it was resolved: the job did not run on them.
 	Unreachable []string `json:"unreachable,omitempty"`
+	// NodeSites names the site of each node of Expected and Unreachable
+	// that is not in DefaultSite, set when the target is resolved. A node
+	// it does not name is in DefaultSite, so a job of a fleet without
+	// sites carries none (see NodeSite).
+	NodeSites map[string]string `json:"node_sites,omitempty"`
 	// Summary counts the nodes by outcome once the job is terminal.
 	Summary *JobSummary `json:"summary,omitempty"`
 	// Results is keyed by flat step index, then node id.

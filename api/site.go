@@ -170,3 +170,9 @@ func (c *Client) RevokeSite(ctx context.Context, name string) (Site, error) {
 	err := c.do(ctx, http.MethodDelete, "/site/"+url.PathEscape(name), nil, &out)
 	return out, err
 }
+
+// NodeSite is the site a node of the job was in when its target was
+// resolved (DefaultSite unless NodeSites names another).
+func (j *Job) NodeSite(id string) string {
+	return SiteOf(j.NodeSites[id])
+}

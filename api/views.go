@@ -22,7 +22,10 @@ type FleetPage struct {
 	Groups   []GroupCount `json:"groups"`
 	Backends []NameCount  `json:"backends"`
 	Versions []NameCount  `json:"versions"`
-	Time     time.Time    `json:"time"`
+	// Sites counts the nodes of each site (DefaultSite: the controllers'
+	// own agents), sorted by name.
+	Sites []NameCount `json:"sites"`
+	Time  time.Time   `json:"time"`
 }
 
 // GroupCount counts the nodes of one group by state.

@@ -56,7 +56,8 @@ single backend action given on the command line. Any --name value (or
 action; a --name with no value is "true". Use --param name=value, or put
 parameters after "--", for a parameter whose name is one of grid's flags.
 
-TARGET is all, any, group:NAME or node:ID.
+TARGET is all, any, group:NAME, node:ID or site:NAME (every node of a site);
+group:NAME@SITE, node:ID@SITE and any@SITE narrow to one site's nodes.
 
 Without --wait the job id is printed (with -o json, the job). With --wait the
 command follows the job to its end and prints per-node results; the exit code
@@ -69,7 +70,8 @@ more than --max-errors nodes failed or were unreachable, no new node starts.`,
   grid job run --target all ping sleep --duration=2s --timeout 1m
   grid job run -f deploy.yaml --max-concurrency 10% --max-errors 1 --wait
   grid job run -f examples/jobs/pipeline-then-barrier.yaml --wait
-  grid job run --target node:web-1 apt install --check -- --package curl`,
+  grid job run --target node:web-1 apt install --check -- --package curl
+  grid job run --target group:web@paris ping echo --message hi --wait`,
 		// Parameters are arbitrary --name value pairs, which pflag would
 		// reject or drop; the arguments are split by hand in parseRunArgs.
 		DisableFlagParsing: true,
@@ -84,7 +86,7 @@ more than --max-errors nodes failed or were unreachable, no new node starts.`,
 // schedule create share them).
 func addJobSpecFlags(f *pflag.FlagSet, o *runOptions) {
 	f.StringVarP(&o.file, "file", "f", "", "job file (YAML or JSON); - reads stdin")
-	f.StringVar(&o.target, "target", "", "target: all, any, group:NAME or node:ID (overrides the file's)")
+	f.StringVar(&o.target, "target", "", "target: all, any, group:NAME, node:ID, site:NAME; @SITE narrows group, node and any (overrides the file's)")
 	f.StringVar(&o.strategy, "strategy", "", "fail-fast or continue (overrides the file's)")
 	// This --timeout shadows the global request timeout: for a job run the
 	// useful timeout is the job's.
@@ -297,7 +299,7 @@ func buildSpec(o *runOptions, ra runArgs, changed func(string) bool) (*api.JobSp
 		case len(ra.positional) > 2:
 			return nil, usageErrorf("unexpected argument %q after BACKEND ACTION (parameters are written --name value)", ra.positional[2])
 		case o.target == "":
-			return nil, usageErrorf("--target is required: all, any, group:NAME or node:ID")
+			return nil, usageErrorf("--target is required: all, any, group:NAME, node:ID or site:NAME (group:NAME@SITE for a group's nodes at one site)")
 		}
 		spec = &api.JobSpec{Tasks: []api.Phase{{Backend: ra.positional[0], Action: ra.positional[1], Params: ra.params}}}
 	}

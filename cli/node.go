@@ -18,14 +18,26 @@ func newNodeCommand(g *globals) *cobra.Command {
 		Short: "Inspect registered nodes",
 	}
 	var pending bool
+	var site string
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "List registered nodes (--pending: agents waiting for approval)",
-		Args:  exactArgs(),
+		Long: `List registered nodes with their site and groups. --site lists one site's
+nodes ("default" is the agents connected to the controllers directly; the
+others reach the hub through their site's relay).`,
+		Example: `  grid node list
+  grid node list --site default`,
+		Args: exactArgs(),
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
 			c, err := g.client()
 			if err != nil {
 				return err
+			}
+			if pending && site != "" {
+				return usageErrorf("--pending lists every site's waiting agents: drop --site")
+			}
+			if site != "" && !api.ValidToken(site) {
+				return usageErrorf("--site %q is not a site name: letters, digits, '_' and '-'", site)
 			}
 			if pending {
 				es, err := c.ListEnrollments(cmd.Context(), api.EnrollPending)
@@ -40,7 +52,7 @@ func newNodeCommand(g *globals) *cobra.Command {
 				}
 				return printEnrollments(g.stdout, es, time.Now())
 			}
-			nodes, err := c.ListNodes(cmd.Context())
+			nodes, err := c.ListSiteNodes(cmd.Context(), site)
 			if err != nil {
 				return fmt.Errorf("list nodes: %w", err)
 			}
@@ -55,6 +67,7 @@ func newNodeCommand(g *globals) *cobra.Command {
 		}),
 	}
 	list.Flags().BoolVar(&pending, "pending", false, "list agents that enrolled and wait for 'grid node approve'")
+	list.Flags().StringVar(&site, "site", "", "list only the nodes of this site (default: the controllers' own agents)")
 	decide := func(use, short, verb string, call func(*api.Client, *cobra.Command, string) (*api.Enrollment, error)) *cobra.Command {
 		return &cobra.Command{
 			Use:   use + " ID",
@@ -128,9 +141,9 @@ registers again. To keep a host out, revoke it (grid node revoke ID).`,
 
 func printEnrollments(w io.Writer, es []api.Enrollment, now time.Time) error {
 	tw := newTable(w)
-	_, _ = fmt.Fprintln(tw, "ID\tSTATUS\tGROUPS\tPUBLIC KEY\tREQUESTED")
+	_, _ = fmt.Fprintln(tw, "ID\tSTATUS\tSITE\tGROUPS\tPUBLIC KEY\tREQUESTED")
 	for _, e := range es {
-		_, _ = fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s ago\n", e.NodeID, e.Status, orDash(strings.Join(e.Groups, ",")), e.PublicKey, fmtAge(e.RequestedAt, now))
+		_, _ = fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s ago\n", e.NodeID, e.Status, api.SiteOf(e.Site), orDash(strings.Join(e.Groups, ",")), e.PublicKey, fmtAge(e.RequestedAt, now))
 	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("write table: %w", err)
@@ -140,9 +153,9 @@ func printEnrollments(w io.Writer, es []api.Enrollment, now time.Time) error {
 
 func printNodeList(w io.Writer, nodes []api.NodeInfo, now time.Time) error {
 	tw := newTable(w)
-	_, _ = fmt.Fprintln(tw, "ID\tSTATUS\tHOSTNAME\tGROUPS\tBACKENDS\tVERSION\tLAST SEEN")
+	_, _ = fmt.Fprintln(tw, "ID\tSTATUS\tSITE\tHOSTNAME\tGROUPS\tBACKENDS\tVERSION\tLAST SEEN")
 	for _, n := range nodes {
-		_, _ = fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.ID, n.Status, orDash(n.Hostname),
+		_, _ = fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.ID, n.Status, api.SiteOf(n.Site), orDash(n.Hostname),
 			orDash(strings.Join(n.Groups, ",")), orDash(truncate(strings.Join(n.Backends, ","), 40)),
 			orDash(n.Version), fmtAge(n.LastSeen, now))
 	}
@@ -156,6 +169,7 @@ func printNode(w io.Writer, n *api.NodeInfo, now time.Time) error {
 	tw := newTable(w)
 	_, _ = fmt.Fprintf(tw, "id:\t%s\n", n.ID)
 	_, _ = fmt.Fprintf(tw, "status:\t%s\n", n.Status)
+	_, _ = fmt.Fprintf(tw, "site:\t%s\n", api.SiteOf(n.Site))
 	_, _ = fmt.Fprintf(tw, "hostname:\t%s\n", orDash(n.Hostname))
 	_, _ = fmt.Fprintf(tw, "groups:\t%s\n", orDash(strings.Join(n.Groups, ", ")))
 	_, _ = fmt.Fprintf(tw, "version:\t%s\n", orDash(n.Version))

@@ -171,8 +171,15 @@ func writeJobTable(w io.Writer, j *api.Job, now time.Time) error {
 		_, _ = fmt.Fprintf(tw, "max errors:\t%s\n", j.MaxErrors)
 	}
 	_, _ = fmt.Fprintf(tw, "nodes:\t%d\n", len(j.Expected))
+	if len(j.NodeSites) > 0 {
+		_, _ = fmt.Fprintf(tw, "sites:\t%s\n", siteCounts(j))
+	}
 	if len(j.Unreachable) > 0 {
-		_, _ = fmt.Fprintf(tw, "unreachable:\t%s (offline when the target was resolved)\n", truncate(strings.Join(j.Unreachable, ", "), 120))
+		names := make([]string, len(j.Unreachable))
+		for i, id := range j.Unreachable {
+			names[i] = nodeAtSite(j, id)
+		}
+		_, _ = fmt.Fprintf(tw, "unreachable:\t%s (offline when the target was resolved)\n", truncate(strings.Join(names, ", "), 120))
 	}
 	if sum := j.Summary; sum != nil {
 		cancelled := ""
@@ -227,7 +234,7 @@ func writeJobTable(w io.Writer, j *api.Job, now time.Time) error {
 			if r.Attempts > 1 {
 				status += fmt.Sprintf(" (%d attempts)", r.Attempts)
 			}
-			_, _ = fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Index, s.Task.Name(), node, status,
+			_, _ = fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Index, s.Task.Name(), nodeAtSite(j, node), status,
 				fmtDuration(time.Duration(r.Duration)), yesNo(r.Changed), truncate(text, 60))
 		}
 	}
@@ -235,6 +242,37 @@ func writeJobTable(w io.Writer, j *api.Job, now time.Time) error {
 		return fmt.Errorf("write table: %w", err)
 	}
 	return nil
+}
+
+// nodeAtSite names a node of the job as node@site when it is in a site
+// other than the default one, so a fleet without sites reads as before.
+func nodeAtSite(j *api.Job, id string) string {
+	if site := j.NodeSite(id); site != api.DefaultSite {
+		return id + "@" + site
+	}
+	return id
+}
+
+// siteCounts says how many of the job's nodes each site holds (default
+// first, then by name): "default 3, paris 2".
+func siteCounts(j *api.Job) string {
+	counts := map[string]int{}
+	for _, ids := range [][]string{j.Expected, j.Unreachable} {
+		for _, id := range ids {
+			counts[j.NodeSite(id)]++
+		}
+	}
+	sites := sortedKeys(counts)
+	parts := make([]string, 0, len(sites))
+	if n := counts[api.DefaultSite]; n > 0 {
+		parts = append(parts, fmt.Sprintf("%s %d", api.DefaultSite, n))
+	}
+	for _, s := range sites {
+		if s != api.DefaultSite {
+			parts = append(parts, fmt.Sprintf("%s %d", s, counts[s]))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 // notRun names the state of a step no node has a result for.

@@ -113,3 +113,33 @@ func TestNodeOutputEscapesControlCharacters(t *testing.T) {
 		}
 	}
 }
+
+// A job whose nodes are in several sites names each node's site in its
+// results and counts its nodes by site; a job of the default site alone
+// reads as before.
+func TestJobTableSites(t *testing.T) {
+	j := &api.Job{ID: "j", Status: api.JobPartialFailure, Target: api.Target{Scope: api.ScopeGroup, Value: "web"},
+		Tasks:       []api.Phase{{Backend: "ping", Action: "echo"}},
+		Expected:    []string{"hub-1", "par-1"},
+		Unreachable: []string{"par-2"},
+		NodeSites:   map[string]string{"par-1": "paris", "par-2": "paris"},
+		Results:     api.JobResults{0: {"hub-1": {Status: api.StepSuccess}, "par-1": {Status: api.StepFailed, Error: "boom"}}}}
+	var b bytes.Buffer
+	if err := writeJobTable(&b, j, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{"sites:        default 1, paris 2", "unreachable:  par-2@paris (offline", "ping.echo  hub-1 ", "ping.echo  par-1@paris  failed"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	j.NodeSites = nil
+	b.Reset()
+	if err := writeJobTable(&b, j, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if out := b.String(); strings.Contains(out, "sites:") || strings.Contains(out, "@") {
+		t.Errorf("a job of the default site names sites:\n%s", out)
+	}
+}

@@ -123,7 +123,7 @@ func (r *registry) countMatching(t api.Target) int {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	if t.Scope == api.ScopeNode {
-		if n := r.nodes[t.Value]; n != nil && r.isOnline(n, now) {
+		if n := r.nodes[t.Value]; n != nil && r.isOnline(n, now) && t.Matches(n.ID, n.Site, n.Groups) {
 			return 1
 		}
 		return 0

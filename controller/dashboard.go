@@ -70,8 +70,8 @@ func pageParams(r *http.Request, def, maxLimit int) (limit, offset int, err erro
 
 // handleFleet serves one page of the nodes a filter selects, with the whole
 // fleet's counts. Filters: q (a substring of the id, hostname, a group, a
-// backend or the version), group (the group or any sub-group), status
-// (online or offline), backend.
+// backend, the version or the site), group (the group or any sub-group),
+// site, status (online or offline), backend.
 func (v *dashboardViews) handleFleet(w http.ResponseWriter, r *http.Request) {
 	limit, offset, err := pageParams(r, defaultFleetLimit, maxFleetLimit)
 	if err != nil {
@@ -84,12 +84,17 @@ func (v *dashboardViews) handleFleet(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("status %q must be %s or %s", status, api.NodeOnline, api.NodeOffline))
 		return
 	}
+	site := q.Get("site")
+	if site != "" && !api.ValidToken(site) {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("site %q is not valid: letters, digits, '_' and '-'", site))
+		return
+	}
 	writeJSON(w, http.StatusOK, v.reg.fleetPage(fleetFilter{
-		q: strings.ToLower(strings.TrimSpace(q.Get("q"))), group: q.Get("group"), status: status, backend: q.Get("backend"),
+		q: strings.ToLower(strings.TrimSpace(q.Get("q"))), group: q.Get("group"), site: site, status: status, backend: q.Get("backend"),
 	}, limit, offset))
 }
 
-type fleetFilter struct{ q, group, status, backend string }
+type fleetFilter struct{ q, group, site, status, backend string }
 
 // match reports whether the filter selects a node whose status (as the
 // API shows it) is status.
@@ -100,6 +105,9 @@ func (f fleetFilter) match(n *api.NodeInfo, status string) bool {
 	if f.group != "" && !(api.Target{Scope: api.ScopeGroup, Value: f.group}).Matches(n.ID, n.Site, n.Groups) {
 		return false
 	}
+	if f.site != "" && api.SiteOf(n.Site) != f.site {
+		return false
+	}
 	if f.backend != "" && !slices.Contains(n.Backends, f.backend) {
 		return false
 	}
@@ -107,7 +115,7 @@ func (f fleetFilter) match(n *api.NodeInfo, status string) bool {
 		return true
 	}
 	has := func(s string) bool { return strings.Contains(strings.ToLower(s), f.q) }
-	if has(n.ID) || has(n.Hostname) || has(n.Version) {
+	if has(n.ID) || has(n.Hostname) || has(n.Version) || has(api.SiteOf(n.Site)) {
 		return true
 	}
 	return slices.ContainsFunc(n.Groups, has) || slices.ContainsFunc(n.Backends, has)
@@ -120,7 +128,7 @@ func (r *registry) fleetPage(f fleetFilter, limit, offset int) api.FleetPage {
 	now := time.Now()
 	p := api.FleetPage{Offset: offset, Limit: limit, Nodes: []api.NodeInfo{}, Time: now.UTC()}
 	groups := map[string]*api.GroupCount{}
-	backends, versions := map[string]int{}, map[string]int{}
+	backends, versions, sites := map[string]int{}, map[string]int{}, map[string]int{}
 	seen := map[string]bool{}
 	r.mu.RLock()
 	defer r.mu.RUnlock()
@@ -165,6 +173,7 @@ func (r *registry) fleetPage(f fleetFilter, limit, offset int) api.FleetPage {
 			backends[b]++
 		}
 		versions[n.Version]++
+		sites[api.SiteOf(n.Site)]++
 		if f.match(n, status) {
 			matched = append(matched, n)
 		}
@@ -181,7 +190,7 @@ func (r *registry) fleetPage(f fleetFilter, limit, offset int) api.FleetPage {
 		p.Groups = append(p.Groups, *g)
 	}
 	sort.Slice(p.Groups, func(i, j int) bool { return p.Groups[i].Group < p.Groups[j].Group })
-	p.Backends, p.Versions = nameCounts(backends), nameCounts(versions)
+	p.Backends, p.Versions, p.Sites = nameCounts(backends), nameCounts(versions), nameCounts(sites)
 	return p
 }
 

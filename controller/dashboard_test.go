@@ -61,7 +61,7 @@ func TestFleetRoutePagesFiltersAndCounts(t *testing.T) {
 	defer cancel()
 	kv := fleettest.Bucket(t, ctx, f, api.BucketNodes)
 	now := time.Now().UTC()
-	admit := map[string][]string{}
+	admit, paris := map[string][]string{}, map[string][]string{}
 	for i := range 25 {
 		switch {
 		case i < 10:
@@ -69,11 +69,14 @@ func TestFleetRoutePagesFiltersAndCounts(t *testing.T) {
 		case i < 20:
 			admit[fmt.Sprintf("n-%02d", i)] = []string{"db.prod"}
 		default:
-			admit[fmt.Sprintf("n-%02d", i)] = nil
+			paris[fmt.Sprintf("n-%02d", i)] = nil // enrolled through the paris relay
 		}
 	}
 	// A secured controller takes a node's record only once it is admitted.
 	if err := f.AdmitNodes(ctx, admit); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.AdmitSiteNodes(ctx, "paris", paris); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 25 {
@@ -120,6 +123,9 @@ func TestFleetRoutePagesFiltersAndCounts(t *testing.T) {
 	if !slices.Contains(p.Backends, api.NameCount{Name: "apt", Nodes: 10}) || !slices.Contains(p.Versions, api.NameCount{Name: "v0", Nodes: 5}) {
 		t.Errorf("backends %v, versions %v", p.Backends, p.Versions)
 	}
+	if want := []api.NameCount{{Name: api.DefaultSite, Nodes: 20}, {Name: "paris", Nodes: 5}}; !slices.Equal(p.Sites, want) {
+		t.Errorf("sites %v, want %v", p.Sites, want)
+	}
 
 	for _, tc := range []struct {
 		query string
@@ -133,6 +139,11 @@ func TestFleetRoutePagesFiltersAndCounts(t *testing.T) {
 		{"q=canary", 10, "n-00"},
 		{"backend=apt&offset=9", 10, "n-19"},
 		{"q=nothing-like-it", 0, ""},
+		{"site=paris", 5, "n-20"},
+		{"site=default&group=db", 10, "n-10"},
+		{"site=paris&status=offline", 1, "n-20"},
+		{"site=nowhere", 0, ""},
+		{"q=PARIS", 5, "n-20"},
 	} {
 		p := dashboardJSON[api.FleetPage](t, ctx, f, "/fleet?"+tc.query)
 		first := ""
@@ -144,7 +155,7 @@ func TestFleetRoutePagesFiltersAndCounts(t *testing.T) {
 		}
 	}
 
-	for query, field := range map[string]string{"limit=0": "limit", "limit=5000": "limit", "offset=-1": "offset", "status=asleep": "status"} {
+	for query, field := range map[string]string{"limit=0": "limit", "limit=5000": "limit", "offset=-1": "offset", "status=asleep": "status", "site=pa.ris": "site"} {
 		res := dashboardGet(t, ctx, f, "/fleet?"+query) //nolint:bodyclose // dashboardGet closes it when the test ends
 		body, _ := io.ReadAll(res.Body)
 		if res.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), field) {

@@ -44,13 +44,14 @@ type jobHead struct {
 	Timeout   string       `json:"timeout,omitempty"`
 	CheckMode bool         `json:"check_mode,omitempty"`
 	// MaxConcurrency and MaxErrors: see api.Job.
-	MaxConcurrency *api.Limit      `json:"max_concurrency,omitempty"`
-	MaxErrors      *api.Limit      `json:"max_errors,omitempty"`
-	Status         api.JobStatus   `json:"status"`
-	Step           int             `json:"step"`
-	Expected       []string        `json:"expected"`
-	Unreachable    []string        `json:"unreachable,omitempty"`
-	Summary        *api.JobSummary `json:"summary,omitempty"`
+	MaxConcurrency *api.Limit        `json:"max_concurrency,omitempty"`
+	MaxErrors      *api.Limit        `json:"max_errors,omitempty"`
+	Status         api.JobStatus     `json:"status"`
+	Step           int               `json:"step"`
+	Expected       []string          `json:"expected"`
+	Unreachable    []string          `json:"unreachable,omitempty"`
+	NodeSites      map[string]string `json:"node_sites,omitempty"`
+	Summary        *api.JobSummary   `json:"summary,omitempty"`
 }
 
 type jobTail struct {
@@ -77,7 +78,7 @@ type jobTail struct {
 func (e *jobEncoder) encode(j *api.Job) ([]byte, error) {
 	head, err := json.Marshal(jobHead{ID: j.ID, Target: j.Target, Tasks: j.Tasks, Strategy: j.Strategy, Timeout: j.Timeout,
 		CheckMode: j.CheckMode, MaxConcurrency: j.MaxConcurrency, MaxErrors: j.MaxErrors, Status: j.Status, Step: j.Step,
-		Expected: j.Expected, Unreachable: j.Unreachable, Summary: j.Summary})
+		Expected: j.Expected, Unreachable: j.Unreachable, NodeSites: j.NodeSites, Summary: j.Summary})
 	if err != nil {
 		return nil, err
 	}

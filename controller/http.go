@@ -551,8 +551,19 @@ func parseJobQuery(v url.Values) (jobQuery, error) {
 	return q, nil
 }
 
-func (c *Controller) handleListNodes(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, c.reg.list(false))
+// handleListNodes serves GET /nodes: every node, or with ?site=NAME the
+// nodes of one site (default: the hub's own agents). A site no node is in
+// lists none, as a group no node is in would.
+func (c *Controller) handleListNodes(w http.ResponseWriter, r *http.Request) {
+	nodes := c.reg.list(false)
+	if site := r.URL.Query().Get("site"); site != "" {
+		if !api.ValidToken(site) {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("site %q is not valid: letters, digits, '_' and '-'", site))
+			return
+		}
+		nodes = slices.DeleteFunc(nodes, func(n api.NodeInfo) bool { return api.SiteOf(n.Site) != site })
+	}
+	writeJSON(w, http.StatusOK, nodes)
 }
 
 func (c *Controller) handleGetNode(w http.ResponseWriter, r *http.Request) {

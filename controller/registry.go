@@ -260,9 +260,10 @@ func (r *registry) get(id string) (api.NodeInfo, bool) {
 }
 
 // resolveAll returns the online nodes a target selects (ScopeAny picks one,
-// round robin) and, for a group or
-// node target, the nodes it matches that are offline, both sorted. Scopes
-// all and any mean online nodes only, so they match no offline node.
+// round robin) and, for a group, site or node target, the nodes it matches
+// that are offline, both sorted. Scopes all and any mean online nodes only,
+// so they match no offline node. A site that no node is in is like a group
+// that no node is in: it matches nothing.
 func (r *registry) resolveAll(t api.Target) (online, offline []string) {
 	return r.match(t, true)
 }
@@ -278,7 +279,8 @@ func (r *registry) match(t api.Target, pick bool) (online, offline []string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if t.Scope == api.ScopeNode {
-		if n := r.nodes[t.Value]; n != nil {
+		// node:ID@SITE names the node only if it is at that site.
+		if n := r.nodes[t.Value]; n != nil && t.Matches(n.ID, n.Site, n.Groups) {
 			if r.isOnline(n, now) {
 				online = append(online, n.ID)
 			} else {
@@ -293,7 +295,7 @@ func (r *registry) match(t api.Target, pick bool) (online, offline []string) {
 		}
 		if r.isOnline(n, now) {
 			online = append(online, n.ID)
-		} else if t.Scope == api.ScopeGroup {
+		} else if t.Scope == api.ScopeGroup || t.Scope == api.ScopeSite {
 			offline = append(offline, n.ID)
 		}
 	}
@@ -307,6 +309,27 @@ func (r *registry) match(t api.Target, pick bool) (online, offline []string) {
 		return []string{online[int(next%uint64(len(online)))]}, nil
 	}
 	return online, offline
+}
+
+// sitesOf names the site of each of the nodes that is not in the default
+// site (nil when none is): a job's NodeSites.
+func (r *registry) sitesOf(ids ...[]string) map[string]string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	var out map[string]string
+	for _, list := range ids {
+		for _, id := range list {
+			n := r.nodes[id]
+			if n == nil || api.SiteOf(n.Site) == api.DefaultSite {
+				continue
+			}
+			if out == nil {
+				out = map[string]string{}
+			}
+			out[id] = n.Site
+		}
+	}
+	return out
 }
 
 // nodeCatalog is the schemas that a set of nodes share.

@@ -85,6 +85,7 @@ func (c *Controller) claim(ctx context.Context, m jetstream.Msg) bool {
 			return false
 		}
 		j.Expected, j.Unreachable = c.expectedNodes(j)
+		j.NodeSites = c.reg.sitesOf(j.Expected, j.Unreachable)
 		now := time.Now().UTC()
 		if err := c.policyAtStart(j); err != nil {
 			// Refused as it would have been at submit had these nodes

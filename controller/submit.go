@@ -73,7 +73,7 @@ func (c *Controller) submit(ctx context.Context, job *api.Job, by principal, opt
 		// A misspelt group or node would otherwise be stored, queued and
 		// failed later; an empty fleet has nothing to run on either.
 		return nil, refuse(errInvalid, &api.ValidationError{Field: "target", Msg: fmt.Sprintf(
-			"%s matches no node, online or offline (grid node list shows the nodes and their groups)", job.Target)})
+			"%s matches no node, online or offline (grid node list shows the nodes, their groups and sites)", job.Target)})
 	}
 	if err := validateOnNodes(job, c.reg.catalogsOf(online)); err != nil {
 		return nil, refuse(errInvalid, err)
@@ -108,6 +108,7 @@ func (c *Controller) submit(ctx context.Context, job *api.Job, by principal, opt
 	}
 	job.SubmittedBy = by.Name
 	job.Expected, job.Unreachable = online, offline
+	job.NodeSites = c.reg.sitesOf(online, offline)
 	if job.Expected == nil {
 		job.Expected = []string{}
 	}

@@ -74,11 +74,11 @@ func (d *factsDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, 
 				Attributes: map[string]schema.Attribute{
 					"scope": schema.StringAttribute{
 						Required:            true,
-						MarkdownDescription: "`all`, `group`, `node` or `any`.",
-						Validators: []validator.String{stringvalidator.OneOf(
-							string(api.ScopeAll), string(api.ScopeGroup), string(api.ScopeNode), string(api.ScopeAny))},
+						MarkdownDescription: targetScopeDescription,
+						Validators:          []validator.String{stringvalidator.OneOf(targetScopes...)},
 					},
-					"value": schema.StringAttribute{Optional: true, MarkdownDescription: "Group name or node id."},
+					"value": schema.StringAttribute{Optional: true, MarkdownDescription: targetValueDescription},
+					"site":  schema.StringAttribute{Optional: true, MarkdownDescription: targetSiteDescription},
 				},
 			},
 			"backend": schema.StringAttribute{Required: true, MarkdownDescription: "Backend of the action, e.g. `sysinfo`."},

@@ -57,8 +57,9 @@ func (d *jobDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, re
 				Computed:            true,
 				MarkdownDescription: "The job's target.",
 				Attributes: map[string]schema.Attribute{
-					"scope": schema.StringAttribute{Computed: true, MarkdownDescription: "`all`, `group`, `node` or `any`."},
-					"value": schema.StringAttribute{Computed: true, MarkdownDescription: "Group or node id."},
+					"scope": schema.StringAttribute{Computed: true, MarkdownDescription: "`all`, `group`, `node`, `any` or `site`."},
+					"value": schema.StringAttribute{Computed: true, MarkdownDescription: "Group, node id or site name."},
+					"site":  schema.StringAttribute{Computed: true, MarkdownDescription: "The site a `group`, `node` or `any` target is narrowed to; null when it is not."},
 				},
 			},
 			"strategy":    schema.StringAttribute{Computed: true, MarkdownDescription: "`fail-fast` or `continue`."},

@@ -42,7 +42,7 @@ data "grid_job" "cli" {
 					statecheck.ExpectKnownValue(ds, tfjsonpath.New("status"), knownvalue.StringExact("completed")),
 					statecheck.ExpectKnownValue(ds, tfjsonpath.New("strategy"), knownvalue.StringExact("continue")),
 					statecheck.ExpectKnownValue(ds, tfjsonpath.New("target"), knownvalue.ObjectExact(map[string]knownvalue.Check{
-						"scope": knownvalue.StringExact("group"), "value": knownvalue.StringExact("db"),
+						"scope": knownvalue.StringExact("group"), "value": knownvalue.StringExact("db"), "site": knownvalue.Null(),
 					})),
 					statecheck.ExpectKnownValue(ds, tfjsonpath.New("nodes"), ids("node-2")),
 					statecheck.ExpectKnownValue(ds, tfjsonpath.New("results").AtSliceIndex(0).AtMapKey("nodes").AtMapKey("node-2").AtMapKey("output"),

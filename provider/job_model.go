@@ -25,6 +25,7 @@ var (
 	targetAttrTypes = map[string]attr.Type{
 		"scope": types.StringType,
 		"value": types.StringType,
+		"site":  types.StringType,
 	}
 	leafAttrTypes = map[string]attr.Type{
 		"backend":          types.StringType,
@@ -56,10 +57,23 @@ func withAttr(m map[string]attr.Type, name string, t attr.Type) map[string]attr.
 	return out
 }
 
-// targetModel maps target = { scope, value }.
+// The target attribute's parts, as grid_job and grid_facts take them.
+var targetScopes = []string{string(api.ScopeAll), string(api.ScopeGroup), string(api.ScopeNode), string(api.ScopeAny), string(api.ScopeSite)}
+
+const (
+	targetScopeDescription = "`all` (every online node), `group` (nodes in the group `value` or any of its sub-groups: `web` also selects `web.dev`), " +
+		"`node` (the node with id `value`), `any` (one online node, chosen by the controller) or `site` (every node of the site `value`; " +
+		"`default` is the agents connected to the controllers directly)."
+	targetValueDescription = "Group name for scope `group`, node id for scope `node`, site name for scope `site`; not set for `all` and `any`."
+	targetSiteDescription  = "Narrows a `group`, `node` or `any` target to the nodes of one site: scope `group`, value `web`, site `paris` " +
+		"is the nodes of `web` at `paris` (`group:web@paris` on the command line). Not set for `all` (use scope `site`) and `site`."
+)
+
+// targetModel maps target = { scope, value, site }.
 type targetModel struct {
 	Scope types.String `tfsdk:"scope"`
 	Value types.String `tfsdk:"value"`
+	Site  types.String `tfsdk:"site"`
 }
 
 // taskModel maps one element of tasks: a leaf (backend/action) or a branch
@@ -295,6 +309,7 @@ func targetValue(t api.Target) types.Object {
 	return types.ObjectValueMust(targetAttrTypes, map[string]attr.Value{
 		"scope": types.StringValue(string(t.Scope)),
 		"value": optString(t.Value),
+		"site":  optString(t.Site),
 	})
 }
 
@@ -306,10 +321,10 @@ func readTarget(ctx context.Context, o types.Object) (api.Target, bool, diag.Dia
 	}
 	var tm targetModel
 	diags := o.As(ctx, &tm, basetypes.ObjectAsOptions{})
-	if diags.HasError() || tm.Scope.IsUnknown() || tm.Value.IsUnknown() {
+	if diags.HasError() || tm.Scope.IsUnknown() || tm.Value.IsUnknown() || tm.Site.IsUnknown() {
 		return api.Target{}, false, diags
 	}
-	return api.Target{Scope: api.Scope(tm.Scope.ValueString()), Value: tm.Value.ValueString()}, true, diags
+	return api.Target{Scope: api.Scope(tm.Scope.ValueString()), Value: tm.Value.ValueString(), Site: tm.Site.ValueString()}, true, diags
 }
 
 // nodesValue renders node ids as a sorted list.
@@ -374,6 +389,7 @@ func resultsValue(job *api.Job, detail string) (types.List, diag.Diagnostics) {
 				"changed":  types.BoolValue(r.Changed),
 				"duration": types.StringValue(time.Duration(r.Duration).String()),
 				"attempts": types.Int64Value(int64(r.Attempts)),
+				"site":     types.StringValue(job.NodeSite(id)),
 			})
 			diags.Append(d...)
 			nodes[id] = o
@@ -467,7 +483,7 @@ func failureDetail(job *api.Job) string {
 	var failed, unreachable []string
 	notStarted := map[string]bool{}
 	for _, id := range job.Unreachable {
-		unreachable = append(unreachable, fmt.Sprintf("  - node %s: offline when the target was resolved; the job did not run on it", id))
+		unreachable = append(unreachable, fmt.Sprintf("  - node %s: offline when the target was resolved; the job did not run on it", nodeAtSite(job, id)))
 	}
 	for _, s := range api.Flatten(job.Tasks) {
 		res := job.Results[s.Index]
@@ -486,7 +502,7 @@ func failureDetail(job *api.Job) string {
 				notStarted[id] = true
 				continue
 			case api.StepUnreachable:
-				unreachable = append(unreachable, fmt.Sprintf("  - node %s, step %d (%s): %s", id, s.Index, s.Task.Name(), r.Error))
+				unreachable = append(unreachable, fmt.Sprintf("  - node %s, step %d (%s): %s", nodeAtSite(job, id), s.Index, s.Task.Name(), r.Error))
 				continue
 			case api.StepFailed, api.StepCancelled:
 			default:
@@ -500,7 +516,7 @@ func failureDetail(job *api.Job) string {
 			if r.Attempts > 1 {
 				attempts = fmt.Sprintf(" after %d attempts", r.Attempts)
 			}
-			failed = append(failed, fmt.Sprintf("  - node %s, step %d (%s): %s%s", id, s.Index, s.Task.Name(), msg, attempts))
+			failed = append(failed, fmt.Sprintf("  - node %s, step %d (%s): %s%s", nodeAtSite(job, id), s.Index, s.Task.Name(), msg, attempts))
 		}
 	}
 	if len(failed) > 0 {
@@ -524,6 +540,15 @@ func failureDetail(job *api.Job) string {
 			sum.Targeted, sum.Reached, sum.Succeeded, sum.Failed, sum.Unreachable, sum.NotStarted)
 	}
 	return b.String()
+}
+
+// nodeAtSite names a node of a job as node@site when it is not in the
+// default site: a site whose link is cut shows in the list of its nodes.
+func nodeAtSite(job *api.Job, id string) string {
+	if site := job.NodeSite(id); site != api.DefaultSite {
+		return id + "@" + site
+	}
+	return id
 }
 
 // limitFrom reads a max_concurrency or max_errors value ("3", "10%"); null

@@ -125,14 +125,18 @@ func (r *jobResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp
 				Required:            true,
 				Attributes: map[string]schema.Attribute{
 					"scope": schema.StringAttribute{
-						MarkdownDescription: "`all` (every online node), `group` (nodes in the group `value` or any of its sub-groups: `web` also selects `web.dev`), `node` (the node with id `value`) or `any` (one online node, chosen by the controller).",
+						MarkdownDescription: targetScopeDescription,
 						Required:            true,
-						Validators: []validator.String{stringvalidator.OneOf(
-							string(api.ScopeAll), string(api.ScopeGroup), string(api.ScopeNode), string(api.ScopeAny))},
+						Validators:          []validator.String{stringvalidator.OneOf(targetScopes...)},
 					},
 					"value": schema.StringAttribute{
-						MarkdownDescription: "Group name for scope `group`, node id for scope `node`; not set for `all` and `any`.",
+						MarkdownDescription: targetValueDescription,
 						Optional:            true,
+					},
+					"site": schema.StringAttribute{
+						MarkdownDescription: targetSiteDescription,
+						Optional:            true,
+						Validators:          []validator.String{siteNameValidator()},
 					},
 				},
 				PlanModifiers: []planmodifier.Object{objectplanmodifier.RequiresReplace()},

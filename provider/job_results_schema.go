@@ -42,6 +42,7 @@ var (
 		{"changed", types.BoolType, "Whether the action changed something."},
 		{"duration", types.StringType, "How long the last attempt ran."},
 		{"attempts", types.Int64Type, "How many times it ran."},
+		{"site", types.StringType, "The node's site when the target was resolved (`default` for the agents connected to the controllers directly)."},
 	}
 )
 

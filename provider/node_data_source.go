@@ -30,6 +30,7 @@ type nodeDataSourceModel struct {
 	ID          types.String `tfsdk:"id"`
 	Hostname    types.String `tfsdk:"hostname"`
 	Groups      types.List   `tfsdk:"groups"`
+	Site        types.String `tfsdk:"site"`
 	Backends    types.List   `tfsdk:"backends"`
 	Status      types.String `tfsdk:"status"`
 	LastSeen    types.String `tfsdk:"last_seen"`
@@ -83,6 +84,7 @@ func (d *nodeDataSource) Read(ctx context.Context, req datasource.ReadRequest, r
 	}
 	cfg.Hostname = types.StringValue(n.Hostname)
 	cfg.Groups = stringList(n.Groups)
+	cfg.Site = types.StringValue(api.SiteOf(n.Site))
 	cfg.Backends = stringList(n.Backends)
 	cfg.Status = types.StringValue(n.Status)
 	cfg.LastSeen = types.StringValue(timeString(n.LastSeen))

@@ -34,6 +34,7 @@ type nodesDataSource struct {
 
 type nodesDataSourceModel struct {
 	Group   types.String `tfsdk:"group"`
+	Site    types.String `tfsdk:"site"`
 	Status  types.String `tfsdk:"status"`
 	Backend types.String `tfsdk:"backend"`
 	IDs     types.List   `tfsdk:"ids"`
@@ -44,6 +45,7 @@ var nodeAttrTypes = map[string]attr.Type{
 	"id":        types.StringType,
 	"hostname":  types.StringType,
 	"groups":    types.ListType{ElemType: types.StringType},
+	"site":      types.StringType,
 	"backends":  types.ListType{ElemType: types.StringType},
 	"status":    types.StringType,
 	"last_seen": types.StringType,
@@ -55,6 +57,7 @@ func nodeSchemaAttributes() map[string]schema.Attribute {
 		"id":        schema.StringAttribute{Computed: true, MarkdownDescription: "Node id."},
 		"hostname":  schema.StringAttribute{Computed: true, MarkdownDescription: "Host name the agent reported."},
 		"groups":    schema.ListAttribute{Computed: true, ElementType: types.StringType, MarkdownDescription: "Groups the node is in (dotted, hierarchical: `web.dev.us-east`)."},
+		"site":      schema.StringAttribute{Computed: true, MarkdownDescription: "The node's site: `default` for the agents connected to the controllers directly, else the site whose relay it enrolled through."},
 		"backends":  schema.ListAttribute{Computed: true, ElementType: types.StringType, MarkdownDescription: "Backends the node's agent has enabled."},
 		"status":    schema.StringAttribute{Computed: true, MarkdownDescription: "`online` or `offline`."},
 		"last_seen": schema.StringAttribute{Computed: true, MarkdownDescription: "Last heartbeat (RFC 3339)."},
@@ -67,11 +70,16 @@ func (d *nodesDataSource) Metadata(_ context.Context, req datasource.MetadataReq
 
 func (d *nodesDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, resp *datasource.SchemaResponse) {
 	resp.Schema = schema.Schema{
-		MarkdownDescription: "Lists the nodes registered with the controller, optionally filtered by group, status and backend. Nodes are sorted by id.",
+		MarkdownDescription: "Lists the nodes registered with the controller, optionally filtered by group, site, status and backend. Nodes are sorted by id.",
 		Attributes: map[string]schema.Attribute{
 			"group": schema.StringAttribute{
 				MarkdownDescription: "Only nodes in this group or one of its sub-groups: `web` selects nodes in `web` and `web.dev`, not `webx`.",
 				Optional:            true,
+			},
+			"site": schema.StringAttribute{
+				MarkdownDescription: "Only nodes of this site: `default` for the agents connected to the controllers directly, or a site's name (`grid site list`). A site no node is in lists none.",
+				Optional:            true,
+				Validators:          []validator.String{siteNameValidator()},
 			},
 			"status": schema.StringAttribute{
 				MarkdownDescription: "Only nodes with this status: `online` or `offline`.",
@@ -115,7 +123,8 @@ func (d *nodesDataSource) Read(ctx context.Context, req datasource.ReadRequest, 
 		resp.Diagnostics.AddError("Provider Not Configured", "The grid provider was not configured; cannot list nodes.")
 		return
 	}
-	nodes, err := d.client.ListNodes(ctx)
+	site := cfg.Site.ValueString()
+	nodes, err := d.client.ListSiteNodes(ctx, site)
 	if err != nil {
 		addClientError(&resp.Diagnostics, "List Nodes Error", err)
 		return
@@ -127,6 +136,11 @@ func (d *nodesDataSource) Read(ctx context.Context, req datasource.ReadRequest, 
 	elems := []attr.Value{}
 	for _, n := range nodes {
 		if group != "" && !slices.ContainsFunc(n.Groups, func(g string) bool { return api.InGroup(g, group) }) {
+			continue
+		}
+		// A controller that predates sites ignores ?site=: the filter holds
+		// here too.
+		if site != "" && api.SiteOf(n.Site) != site {
 			continue
 		}
 		if status != "" && n.Status != status {
@@ -151,6 +165,7 @@ func nodeAttrs(n api.NodeInfo) map[string]attr.Value {
 		"id":        types.StringValue(n.ID),
 		"hostname":  types.StringValue(n.Hostname),
 		"groups":    stringList(n.Groups),
+		"site":      types.StringValue(api.SiteOf(n.Site)),
 		"backends":  stringList(n.Backends),
 		"status":    types.StringValue(n.Status),
 		"last_seen": types.StringValue(timeString(n.LastSeen)),

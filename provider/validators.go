@@ -111,3 +111,18 @@ func jobSpecValidator() stringValidator {
 		detail: func(_ path.Path, err error) string { return fmt.Sprintf("job: %v", err) },
 	}
 }
+
+// siteNameValidator checks a site name: a subject token (DefaultSite
+// included: it names the controllers' own agents).
+func siteNameValidator() stringValidator {
+	return stringValidator{
+		description: "a site name: letters, digits, '_' and '-'",
+		summary:     "Invalid Site",
+		check: func(s string) error {
+			if !api.ValidToken(s) {
+				return fmt.Errorf("site %q is not valid: letters, digits, '_' and '-'", s)
+			}
+			return nil
+		},
+	}
+}

@@ -376,7 +376,7 @@
   }
 
   function fleetFilters() {
-    return { q: $('fleet-q').value.trim(), group: $('fleet-group').value, status: $('fleet-status').value, backend: $('fleet-backend').value };
+    return { q: $('fleet-q').value.trim(), group: $('fleet-group').value, site: $('fleet-site').value, status: $('fleet-status').value, backend: $('fleet-backend').value };
   }
 
   async function loadFleet(v) {
@@ -421,6 +421,7 @@
     $('fleet-offline').textContent = num(p.offline);
     const groups = p.groups || [];
     fillSelect($('fleet-group'), groups.map((g) => ({ value: g.group, label: g.group + ' (' + num(g.total) + ')' })), 'All groups');
+    fillSelect($('fleet-site'), (p.sites || []).map((s) => ({ value: s.name, label: s.name + ' (' + num(s.nodes) + ')' })), 'All sites');
     fillSelect($('fleet-backend'), (p.backends || []).map((b) => ({ value: b.name, label: b.name + ' (' + num(b.nodes) + ')' })), 'Any');
 
     const gb = document.createDocumentFragment();
@@ -440,12 +441,13 @@
       rows.append(el('tr', { 'data-node': n.id },
         el('th', { scope: 'row', class: 'mono' }, nodeLink(n.id)),
         el('td', { class: 'status' }, badge(n.status)),
+        el('td', { class: 'site', text: n.site || 'default' }),
         el('td', { text: (n.groups || []).join(', ') }),
         el('td', { text: (n.backends || []).join(', ') }),
         el('td', { text: n.version || '' }),
         el('td', { title: n.last_seen, text: ago(n.last_seen, now) })));
     }
-    if (!p.nodes.length) rows.append(el('tr', null, el('td', { colspan: '6', class: 'muted', text: 'No node matches.' })));
+    if (!p.nodes.length) rows.append(el('tr', null, el('td', { colspan: '7', class: 'muted', text: 'No node matches.' })));
     $('fleet-table').tBodies[0].replaceChildren(rows);
     fleet.matched = p.matched;
     if (p.offset >= p.matched && p.matched > 0) { fleet.offset = 0; }
@@ -459,7 +461,7 @@
   let fleetTyping = 0;
   $('fleet-q').addEventListener('input', () => { clearTimeout(fleetTyping); fleetTyping = setTimeout(refilterFleet, 200); });
   $('fleet-filters').addEventListener('submit', (e) => { e.preventDefault(); refilterFleet(); });
-  for (const id of ['fleet-group', 'fleet-status', 'fleet-backend']) $(id).addEventListener('change', refilterFleet);
+  for (const id of ['fleet-group', 'fleet-site', 'fleet-status', 'fleet-backend']) $(id).addEventListener('change', refilterFleet);
   $('groups-table').addEventListener('click', (e) => {
     const b = e.target.closest('button[data-group]');
     if (!b) return;
@@ -728,7 +730,11 @@
     const res = s.job.results || {};
     const frag = document.createDocumentFragment();
     for (const n of slice) {
-      const tr = el('tr', { 'data-node': n }, el('th', { scope: 'row', class: 'mono' }, nodeLink(n)));
+      // A node of another site than the controllers' own is named node@site.
+      const site = (s.job.node_sites || {})[n];
+      const th = el('th', { scope: 'row', class: 'mono' }, nodeLink(n));
+      if (site) th.append(el('span', { class: 'muted site', text: '@' + site }));
+      const tr = el('tr', { 'data-node': n }, th);
       s.steps.forEach((name, i) => {
         const r = (res[i] || {})[n];
         const b = el('button', { type: 'button', class: 'cellbtn st st-' + (r ? statusOf(r, s.job) : noResult(s.job) === 'not_run' ? 'not_run' : 'none'), 'data-step': String(i), 'data-node': n,
@@ -1152,7 +1158,7 @@
     document.body.dataset.nodeRenders = String(Number(document.body.dataset.nodeRenders || 0) + 1);
     $('node-status').replaceChildren(badge(n ? n.status : 'unknown'));
     const e = enr.rec;
-    const meta = [['Hostname', n ? n.hostname : ''], ['Groups', n ? (n.groups || []).join(', ') : ''], ['Version', n ? n.version : ''],
+    const meta = [['Hostname', n ? n.hostname : ''], ['Site', n ? n.site || 'default' : ''], ['Groups', n ? (n.groups || []).join(', ') : ''], ['Version', n ? n.version : ''],
       ['Online since', n && n.status === 'online' ? stamp(n.online_since) : ''], ['Last seen', n ? stamp(n.last_seen) + ' (' + ago(n.last_seen) + ')' : ''],
       ['Heartbeat', n && n.heartbeat_interval ? 'every ' + goDuration(n.heartbeat_interval) : ''],
       ['Enrollment', enr.admin ? (e ? el('span', { id: 'node-enrollment' }, badge(e.status), e.decided_at ? ' since ' + stamp(e.decided_at) : ' requested ' + stamp(e.requested_at)) :
@@ -1380,11 +1386,14 @@
         const n = p.nodes.find((x) => x.id === value);
         text = !value ? 'Name a node.' : n ? '1 node (' + n.status + ')' : 'No node ' + value + '.';
       } else {
-        const p = await api('/fleet?' + qs({ group: scope === 'group' ? value : '', limit: 1 }), { signal: v.abort.signal });
+        // A group or a site filters the fleet by that name; all does not.
+        const by = scope === 'all' ? {} : { [scope]: value };
+        const p = await api('/fleet?' + qs({ ...by, limit: 1 }), { signal: v.abort.signal });
         if (scope === 'group') $('launch-values').replaceChildren(...(p.groups || []).map((g) => el('option', { value: g.group })));
-        if (scope === 'group' && !value) text = 'Name a group.';
+        if (scope === 'site') $('launch-values').replaceChildren(...(p.sites || []).map((x) => el('option', { value: x.name })));
+        if (scope !== 'all' && !value) text = 'Name a ' + scope + '.';
         else {
-          const on = scope === 'all' ? p.online : p.matched - (await api('/fleet?' + qs({ group: value, status: 'offline', limit: 1 }), { signal: v.abort.signal })).matched;
+          const on = scope === 'all' ? p.online : p.matched - (await api('/fleet?' + qs({ ...by, status: 'offline', limit: 1 }), { signal: v.abort.signal })).matched;
           const off = scope === 'all' ? 0 : p.matched - on;
           text = num(on) + (on === 1 ? ' node' : ' nodes') + ' online now' + (off ? ', ' + num(off) + ' offline (skipped as unreachable)' : '');
         }

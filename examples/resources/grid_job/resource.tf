@@ -64,3 +64,13 @@ output "rollout_results" {
     "${step.index}:${step.backend}.${step.action}" => { for node, r in step.nodes : node => r.status }
   }
 }
+
+# The web nodes of one site only (group:web@paris on the command line); a
+# whole site is target = { scope = "site", value = "paris" }. Each node's
+# result names its site.
+resource "grid_job" "paris_web" {
+  target = { scope = "group", value = "web", site = "paris" }
+  tasks = [
+    { backend = "ping", action = "echo", params = { message = "hello paris" } },
+  ]
+}

@@ -94,7 +94,7 @@ func StartControllerProc(ctx context.Context, bin, dir string, extra []string) (
 	c.cmd = exec.Command(bin, args...)
 	c.cmd.Stdout, c.cmd.Stderr = f, f
 	// A bench that dies takes the controller along.
-	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	c.cmd.SysProcAttr = childProcAttr()
 	if err := c.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start controller %s: %w", bin, err)
 	}

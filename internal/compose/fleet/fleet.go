@@ -355,6 +355,13 @@ func (f *Fleet) AdmitNode(ctx context.Context, id string, groups []string) error
 // AdmitNodes is AdmitNode for many nodes (node id → groups) over one
 // connection; it returns once the controller has applied every admission.
 func (f *Fleet) AdmitNodes(ctx context.Context, nodes map[string][]string) error {
+	return f.AdmitSiteNodes(ctx, "", nodes)
+}
+
+// AdmitSiteNodes is AdmitNodes for nodes of a site (empty: the default
+// site), as the hub's enrollment through that site's relay would record
+// them: the registry takes each node's site from its enrollment.
+func (f *Fleet) AdmitSiteNodes(ctx context.Context, site string, nodes map[string][]string) error {
 	if f.NATSOptions() == nil || len(nodes) == 0 {
 		return nil
 	}
@@ -380,7 +387,7 @@ func (f *Fleet) AdmitNodes(ctx context.Context, nodes map[string][]string) error
 		}
 		pub, _ := kp.PublicKey()
 		keys[id] = pub
-		b, _ := json.Marshal(api.Enrollment{NodeID: id, PublicKey: pub, Groups: groups, Status: api.EnrollAdmitted, RequestedAt: now, DecidedAt: now})
+		b, _ := json.Marshal(api.Enrollment{NodeID: id, PublicKey: pub, Groups: groups, Site: site, Status: api.EnrollAdmitted, RequestedAt: now, DecidedAt: now})
 		if _, err := kv.Put(ctx, id, b); err != nil {
 			return fmt.Errorf("admit %s: %w", id, err)
 		}
