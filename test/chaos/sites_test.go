@@ -286,7 +286,13 @@ func TestSites(t *testing.T) {
 			if got := resultNodes(j); j.Status != api.JobCompleted || !slices.Equal(got, sorted(want)) {
 				t.Errorf("%s: job %s %s on %v, want completed on %v %s", tc.target, j.ID, j.Status, got, sorted(want), describeFailures(j))
 			}
-			t.Logf("%s: %s on %v", tc.target, j.Status, resultNodes(j))
+			// The job names each node's site.
+			for _, n := range resultNodes(j) {
+				if got := j.NodeSite(n); got != f.siteOf[n] {
+					t.Errorf("%s: job %s names %s's site %q, want %q", tc.target, j.ID, n, got, f.siteOf[n])
+				}
+			}
+			t.Logf("%s: %s on %v (sites %v)", tc.target, j.Status, resultNodes(j), j.NodeSites)
 		}
 	})
 	if t.Failed() {
