@@ -36,8 +36,11 @@ const (
 	SubjectCommands = "cmd.>"
 	SubjectResults  = "result.>"
 	// SubjectProgress carries running and progress reports; no stream
-	// captures it.
-	SubjectProgress = "progress.>"
+	// captures it. It names the depth of ProgressSubject exactly: a hub
+	// tells a site's relay of its interest only in subjects no broader
+	// than the relay may publish (progress.*.*.<node>), and a '>' is not
+	// taken for that, so a site's reports would never cross.
+	SubjectProgress = "progress.*.*.*"
 	// SubjectCancelAll is what agents subscribe to for cancellations.
 	SubjectCancelAll = "cancel.*"
 )
