@@ -108,6 +108,9 @@ type Env struct {
 	groupSuffix string
 	// relays are the sites' relay processes (StartSites).
 	relays []*proc
+	// retired counts the agents StopAgents stopped: the next ones take
+	// new names (and keys) after theirs.
+	retired int
 }
 
 // Setup starts an embedded controller (or checks the given one) and
@@ -302,7 +305,7 @@ func (e *Env) StartAgentsAt(ctx context.Context, n int, natsURL string) (time.Du
 		par = 64
 	}
 	e.mu.Lock()
-	first := len(e.names)
+	first := e.retired + len(e.names)
 	e.mu.Unlock()
 	start := time.Now()
 	var (

@@ -173,7 +173,7 @@ func (e *Env) StartAgentProcsAt(ctx context.Context, n int, natsURL string) (tim
 	ctl := e.ctlDataDir()
 	start := time.Now()
 	e.mu.Lock()
-	first := len(e.procs)
+	first := e.retired + len(e.procs)
 	e.mu.Unlock()
 	for i := first; i < first+n; i++ {
 		name := fmt.Sprintf("bench-%s-p%d", e.runID, i+1)

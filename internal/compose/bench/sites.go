@@ -213,6 +213,7 @@ func (e *Env) StopAgents() {
 	e.cancelAgents()
 	e.mu.Lock()
 	agents := e.agents
+	e.retired += len(e.names)
 	e.agents, e.names = nil, nil
 	e.mu.Unlock()
 	deadline := time.After(60 * time.Second)
