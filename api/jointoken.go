@@ -37,7 +37,10 @@ type JoinTokenInfo struct {
 	Name string `json:"name"`
 	// Groups the token may enroll agents into, each with its sub-groups
 	// ("web" allows web and web.prod); none: any group.
-	Groups    []string   `json:"groups,omitempty"`
+	Groups []string `json:"groups,omitempty"`
+	// Site, when set, is the only site the token enrolls through (its
+	// relay); empty: any, the hub included.
+	Site      string     `json:"site,omitempty"`
 	ExpiresAt time.Time  `json:"expires_at"`
 	Uses      int        `json:"uses"`
 	Used      int        `json:"used"`
@@ -67,8 +70,10 @@ type JoinTokenRequest struct {
 	// Name is optional: the controller picks one when empty.
 	Name   string   `json:"name,omitempty"`
 	Groups []string `json:"groups,omitempty"`
-	TTL    Duration `json:"ttl"`
-	Uses   int      `json:"uses"`
+	// Site limits the token to enrollments through that site's relay.
+	Site string   `json:"site,omitempty"`
+	TTL  Duration `json:"ttl"`
+	Uses int      `json:"uses"`
 }
 
 // NewJoinToken answers POST /join-token: the only time the token is shown.

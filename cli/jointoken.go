@@ -24,6 +24,7 @@ cluster's join_tokens bucket; a use is counted on every controller at once.`,
 	var (
 		name   string
 		groups []string
+		site   string
 		ttl    time.Duration
 		uses   int
 	)
@@ -42,6 +43,9 @@ cluster's join_tokens bucket; a use is counted on every controller at once.`,
 					return usageErrorf("--groups: %q is not a valid group", gr)
 				}
 			}
+			if site != "" && !api.ValidToken(site) {
+				return usageErrorf("--site %q: letters, digits, '_' and '-'", site)
+			}
 			if ttl <= 0 {
 				return usageErrorf("--ttl %s: want a positive duration", ttl)
 			}
@@ -52,7 +56,7 @@ cluster's join_tokens bucket; a use is counted on every controller at once.`,
 			if err != nil {
 				return err
 			}
-			t, err := c.CreateJoinToken(cmd.Context(), api.JoinTokenRequest{Name: name, Groups: groups, TTL: api.Duration(ttl), Uses: uses})
+			t, err := c.CreateJoinToken(cmd.Context(), api.JoinTokenRequest{Name: name, Groups: groups, Site: site, TTL: api.Duration(ttl), Uses: uses})
 			if err != nil {
 				return fmt.Errorf("create join token: %w", err)
 			}
@@ -67,6 +71,7 @@ cluster's join_tokens bucket; a use is counted on every controller at once.`,
 	}
 	create.Flags().StringVar(&name, "name", "", "name of the token (default: a generated one)")
 	create.Flags().StringSliceVar(&groups, "groups", nil, "groups the token may enroll into, each with its sub-groups (default: any)")
+	create.Flags().StringVar(&site, "site", "", "the only site the token enrolls through (its relay; default: any, the hub included)")
 	create.Flags().DurationVar(&ttl, "ttl", 24*time.Hour, "how long the token stays valid")
 	create.Flags().IntVar(&uses, "uses", 1, "how many enrollments the token allows")
 
@@ -125,7 +130,7 @@ func scopeText(groups []string) string {
 
 func printJoinTokens(w io.Writer, ts []api.JoinTokenInfo, now time.Time) error {
 	tw := newTable(w)
-	_, _ = fmt.Fprintln(tw, "NAME\tGROUPS\tUSED\tEXPIRES\tCREATED\tBY\tSTATE")
+	_, _ = fmt.Fprintln(tw, "NAME\tGROUPS\tSITE\tUSED\tEXPIRES\tCREATED\tBY\tSTATE")
 	for _, t := range ts {
 		state := "valid"
 		switch {
@@ -137,7 +142,11 @@ func printJoinTokens(w io.Writer, ts []api.JoinTokenInfo, now time.Time) error {
 			state = "used up"
 		}
 		expires := t.ExpiresAt.UTC().Format("2006-01-02 15:04 UTC")
-		_, _ = fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\n", t.Name, scopeText(t.Groups), t.Used, t.Uses, expires,
+		site := t.Site
+		if site == "" {
+			site = "any"
+		}
+		_, _ = fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\n", t.Name, scopeText(t.Groups), site, t.Used, t.Uses, expires,
 			fmtAge(t.CreatedAt, now), orDash(t.CreatedBy), state)
 	}
 	if err := tw.Flush(); err != nil {

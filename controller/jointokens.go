@@ -143,7 +143,7 @@ func newJoinToken(name string) string {
 }
 
 // usable says why a record cannot enroll into groups at now, or nil.
-func (r *joinTokenRecord) usable(groups []string, now time.Time) error {
+func (r *joinTokenRecord) usable(groups []string, site string, now time.Time) error {
 	switch {
 	case r.RevokedAt != nil:
 		return errJoinTokenRevoked
@@ -151,6 +151,9 @@ func (r *joinTokenRecord) usable(groups []string, now time.Time) error {
 		return errJoinTokenExpired
 	case r.Used >= r.Uses:
 		return errJoinTokenUsedUp
+	}
+	if r.Site != "" && r.Site != site {
+		return fmt.Errorf("%w: it enrolls through site %s only, not %s", errJoinTokenScope, r.Site, api.SiteOf(site))
 	}
 	for _, g := range groups {
 		if !api.GroupAllowed(r.Groups, g) {
@@ -181,19 +184,19 @@ func (j *joinTokens) read(ctx context.Context, name, tok string) (*joinTokenReco
 }
 
 // check says whether the token may enroll into groups now, without using it.
-func (j *joinTokens) check(ctx context.Context, name, tok string, groups []string, now time.Time) error {
+func (j *joinTokens) check(ctx context.Context, name, tok string, groups []string, site string, now time.Time) error {
 	rec, _, err := j.read(ctx, name, tok)
 	if err != nil {
 		return err
 	}
-	return rec.usable(groups, now)
+	return rec.usable(groups, site, now)
 }
 
 // use counts one use of the token by compare-and-swap: of concurrent
 // enrollments (through any controllers) at most uses succeed.
-func (j *joinTokens) use(ctx context.Context, name, tok string, groups []string, now time.Time) error {
+func (j *joinTokens) use(ctx context.Context, name, tok string, groups []string, site string, now time.Time) error {
 	return j.update(ctx, name, tok, func(rec *joinTokenRecord) error {
-		if err := rec.usable(groups, now); err != nil {
+		if err := rec.usable(groups, site, now); err != nil {
 			return err
 		}
 		rec.Used++
@@ -250,7 +253,7 @@ func (j *joinTokens) create(ctx context.Context, req api.JoinTokenRequest, by st
 	groups = slices.Compact(groups)
 	tok := newJoinToken(name)
 	h := hashToken(tok)
-	rec := joinTokenRecord{JoinTokenInfo: api.JoinTokenInfo{Name: name, Groups: groups, ExpiresAt: now.Add(time.Duration(req.TTL)),
+	rec := joinTokenRecord{JoinTokenInfo: api.JoinTokenInfo{Name: name, Groups: groups, Site: req.Site, ExpiresAt: now.Add(time.Duration(req.TTL)),
 		Uses: req.Uses, CreatedAt: now, CreatedBy: by}, SHA256: hex.EncodeToString(h[:])}
 	b, _ := json.Marshal(rec)
 	_, err := j.kv.Create(ctx, name, b)
@@ -260,7 +263,7 @@ func (j *joinTokens) create(ctx context.Context, req api.JoinTokenRequest, by st
 			return nil, fmt.Errorf("read join token %s: %w", name, gerr)
 		}
 		var old joinTokenRecord
-		if json.Unmarshal(cur.Value(), &old) == nil && old.usable(nil, now) == nil {
+		if json.Unmarshal(cur.Value(), &old) == nil && old.usable(nil, old.Site, now) == nil {
 			return nil, fmt.Errorf("%w: %s", errTokenExists, name)
 		}
 		_, err = j.kv.Update(ctx, name, b, cur.Revision())
@@ -389,6 +392,10 @@ func (c *Controller) handleCreateJoinToken(w http.ResponseWriter, r *http.Reques
 			return
 		}
 	}
+	if req.Site != "" && !api.ValidToken(req.Site) {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("site %q: letters, digits, '_' and '-'", req.Site))
+		return
+	}
 	if ttl := time.Duration(req.TTL); ttl <= 0 || ttl > joinTokenMaxTTL {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("ttl %s: want more than 0 and at most %s", ttl, joinTokenMaxTTL))
 		return
@@ -398,7 +405,7 @@ func (c *Controller) handleCreateJoinToken(w http.ResponseWriter, r *http.Reques
 		return
 	}
 	noteAudit(r, func(n *auditNote) {
-		n.resource, n.params = req.Name, map[string]any{"groups": req.Groups, "ttl": time.Duration(req.TTL).String(), "uses": req.Uses}
+		n.resource, n.params = req.Name, map[string]any{"groups": req.Groups, "site": req.Site, "ttl": time.Duration(req.TTL).String(), "uses": req.Uses}
 	})
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()

@@ -472,9 +472,11 @@ func (s *security) enrollRecord(ctx context.Context, key, site string, req api.E
 	if other != nil && other.NodeID != req.NodeID {
 		return nil, false, fmt.Errorf("this key is enrolled as node %s, not %s", other.NodeID, req.NodeID)
 	}
-	if other != nil && other.Site != site {
+	if other != nil && other.Site != site && site != "" {
 		// A key stays at its site: a relay cannot take over, or even ask
-		// about, another site's node (nor the hub's).
+		// about, another site's node (nor the hub's). Asked on the hub
+		// itself, the key's holder proved the key (the subject names it),
+		// so a site's node may reach a controller directly.
 		return nil, false, &hiddenRefusal{fmt.Sprintf("key enrolled at site %s, asked through site %s", api.SiteOf(other.Site), api.SiteOf(site))}
 	}
 	if other != nil && other.Status != api.EnrollRevoked && slices.Equal(other.Groups, groups) {
@@ -501,7 +503,7 @@ func (s *security) enrollRecord(ctx context.Context, key, site string, req api.E
 	if tok.scoped != "" {
 		// A genuine scoped token: its holder may learn why it cannot be
 		// used, before anything about the node id.
-		if err := s.joins.check(ctx, tok.scoped, tok.tok, groups, now); err != nil {
+		if err := s.joins.check(ctx, tok.scoped, tok.tok, groups, site, now); err != nil {
 			return nil, false, fmt.Errorf("join token %s: %w", tok.scoped, err)
 		}
 	}
@@ -519,7 +521,7 @@ func (s *security) enrollRecord(ctx context.Context, key, site string, req api.E
 			e.Status, e.DecidedAt = api.EnrollAdmitted, now
 		}
 		b, _ := json.Marshal(e)
-		if err := s.useToken(ctx, tok, groups, now); err != nil {
+		if err := s.useToken(ctx, tok, groups, site, now); err != nil {
 			return nil, false, err
 		}
 		if _, err := s.kv.Create(ctx, req.NodeID, b); err != nil {
@@ -535,7 +537,7 @@ func (s *security) enrollRecord(ctx context.Context, key, site string, req api.E
 	if err := json.Unmarshal(cur.Value(), &e); err != nil {
 		return nil, false, fmt.Errorf("stored enrollment of %s: %w", req.NodeID, err)
 	}
-	if e.Site != site && e.Status != api.EnrollRevoked {
+	if e.Site != site && e.Status != api.EnrollRevoked && (site != "" || e.PublicKey != key) {
 		return nil, false, fmt.Errorf("node id %s is enrolled at site %s; revoke it there first (grid node revoke %s)",
 			req.NodeID, api.SiteOf(e.Site), req.NodeID)
 	}
@@ -567,7 +569,7 @@ func (s *security) enrollRecord(ctx context.Context, key, site string, req api.E
 		return nil, false, fmt.Errorf("node id %s is enrolled with another key; revoke it first (grid node revoke %s)", req.NodeID, req.NodeID)
 	}
 	b, _ := json.Marshal(e)
-	if err := s.useToken(ctx, tok, groups, now); err != nil {
+	if err := s.useToken(ctx, tok, groups, site, now); err != nil {
 		return nil, false, err
 	}
 	if _, err := s.kv.Update(ctx, req.NodeID, b, cur.Revision()); err != nil {
@@ -578,11 +580,11 @@ func (s *security) enrollRecord(ctx context.Context, key, site string, req api.E
 }
 
 // useToken counts a use of a scoped token (the file's token has no count).
-func (s *security) useToken(ctx context.Context, tok enrollToken, groups []string, now time.Time) error {
+func (s *security) useToken(ctx context.Context, tok enrollToken, groups []string, site string, now time.Time) error {
 	if tok.scoped == "" {
 		return nil
 	}
-	if err := s.joins.use(ctx, tok.scoped, tok.tok, groups, now); err != nil {
+	if err := s.joins.use(ctx, tok.scoped, tok.tok, groups, site, now); err != nil {
 		return fmt.Errorf("join token %s: %w", tok.scoped, err)
 	}
 	return nil

@@ -335,6 +335,20 @@ func TestSiteRelayRights(t *testing.T) {
 		t.Fatalf("p-1's key through lyon: %+v, %v", r, err)
 	}
 
+	// A join token scoped to paris enrolls through paris only.
+	jt, err := f.Client().CreateJoinToken(context.Background(), api.JoinTokenRequest{Site: "paris", TTL: api.Duration(time.Hour), Uses: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err = lyonAsk(newUserKey(t), api.EnrollRequest{NodeID: "l-1", Token: jt.Token})
+	if err != nil || r.Status == api.EnrollAdmitted || !strings.Contains(r.Error, "site paris only") {
+		t.Fatalf("a paris token through lyon: %+v, %v", r, err)
+	}
+	r, err = siteEnroll(t, lc, "paris", newUserKey(t), api.EnrollRequest{NodeID: "p-3", Token: jt.Token})
+	if err != nil || r.Status != api.EnrollAdmitted {
+		t.Fatalf("a paris token through paris: %+v, %v", r, err)
+	}
+
 	// Answers go to the relay's inbox only.
 	plain, err := nats.Connect(ns.ClientURL())
 	if err != nil {

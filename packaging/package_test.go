@@ -128,7 +128,7 @@ var debs = []struct {
 	pkg       string
 	files     map[string]string // path: mode as dpkg-deb -c shows it
 	conffiles []string
-	unit      string
+	units     []string
 	binary    string
 }{
 	{
@@ -136,10 +136,11 @@ var debs = []struct {
 		files: map[string]string{
 			"./usr/bin/grid": "-rwxr-xr-x",
 			"./lib/systemd/system/grid-controller.service": "-rw-r--r--",
+			"./lib/systemd/system/grid-site-relay.service": "-rw-r--r--",
 			"./etc/grid/controller.yaml":                   "-rw-r-----",
 		},
 		conffiles: []string{"/etc/grid/controller.yaml"},
-		unit:      "grid-controller.service",
+		units:     []string{"grid-controller.service", "grid-site-relay.service"},
 		binary:    "grid",
 	},
 	{
@@ -150,7 +151,7 @@ var debs = []struct {
 			"./etc/grid/agent.yaml":                   "-rw-r-----",
 		},
 		conffiles: []string{"/etc/grid/agent.yaml"},
-		unit:      "grid-agent.service",
+		units:     []string{"grid-agent.service"},
 		binary:    "grid-agent",
 	},
 }
@@ -204,16 +205,18 @@ func TestDebPackages(t *testing.T) {
 			if out := run(t, bin, "version"); !strings.HasPrefix(out, d.binary+" "+version+" ") {
 				t.Errorf("%s version = %q, want the package's version %s", d.binary, out, version)
 			}
-			unit, err := os.ReadFile(filepath.Join(root, "lib/systemd/system", d.unit))
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, line := range []string{"ExecStart=/usr/bin/" + d.binary, "ConditionPathExists=/etc/grid/"} {
-				if !bytes.Contains(unit, []byte(line)) {
-					t.Errorf("%s lacks %q", d.unit, line)
+			for _, name := range d.units {
+				unit, err := os.ReadFile(filepath.Join(root, "lib/systemd/system", name))
+				if err != nil {
+					t.Fatal(err)
 				}
+				for _, line := range []string{"ExecStart=/usr/bin/" + d.binary + " ", "ConditionPathExists=/etc/grid/"} {
+					if !bytes.Contains(unit, []byte(line)) {
+						t.Errorf("%s lacks %q", name, line)
+					}
+				}
+				verifyUnit(t, filepath.Join(root, "lib/systemd/system", name))
 			}
-			verifyUnit(t, filepath.Join(root, "lib/systemd/system", d.unit))
 		})
 	}
 }
