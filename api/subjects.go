@@ -36,10 +36,12 @@ const (
 	SubjectCommands = "cmd.>"
 	SubjectResults  = "result.>"
 	// SubjectProgress carries running and progress reports; no stream
-	// captures it. It names the depth of ProgressSubject exactly: a hub
-	// tells a site's relay of its interest only in subjects no broader
-	// than the relay may publish (progress.*.*.<node>), and a '>' is not
-	// taken for that, so a site's reports would never cross.
+	// captures it. Its exact depth (progress.<job>.<step>.<node>), not
+	// "progress.>": a hub tells a site's relay of its interest only in
+	// subjects the relay may publish on (progress.*.*.<node> of each of
+	// the site's nodes), and the server finds those under a "*" token but
+	// not under a ">" one, so with "progress.>" no site node's running or
+	// progress report would cross the link.
 	SubjectProgress = "progress.*.*.*"
 	// SubjectCancelAll is what agents subscribe to for cancellations.
 	SubjectCancelAll = "cancel.*"

@@ -124,7 +124,7 @@ nodes go offline). It cannot be undone: create a new site for the place.`,
 			return nil
 		}),
 	}
-	cmd.AddCommand(create, list, revoke)
+	cmd.AddCommand(create, list, revoke, newSiteRelayCmd(g))
 	return cmd
 }
 

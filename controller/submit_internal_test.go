@@ -28,8 +28,8 @@ var retryFields = map[string]string{
 	"ID": "run", "Status": "run", "Step": "run", "Expected": "run", "Unreachable": "run", "Summary": "run",
 	"Results": "run", "Error": "run", "Owner": "run", "SubmittedBy": "run", "CancelledBy": "run", "TraceID": "run", "TraceParent": "run",
 	"CreatedAt": "run", "UpdatedAt": "run", "StartedAt": "run", "FinishedAt": "run", "ScheduleID": "run",
-	"StatusReason": "run",
-	"RetryOf":      "link",
+	"StatusReason": "run", "NodeSites": "run",
+	"RetryOf": "link",
 }
 
 // A retry keeps every setting of the original job and none of its run,
@@ -49,7 +49,7 @@ func TestRetryJobKeepsEverySetting(t *testing.T) {
 		"created_at": "2026-01-02T03:04:05Z", "updated_at": "2026-01-02T03:04:06Z",
 		"started_at": "2026-01-02T03:04:05Z", "finished_at": "2026-01-02T03:04:07Z",
 		"nodes": ["n1", "n2"], "retry_of": "job-0", "schedule_id": "nightly", "priority": 8,
-		"not_before": "2026-01-02T03:00:00Z", "status_reason": "waiting"}`), &orig); err != nil {
+		"not_before": "2026-01-02T03:00:00Z", "status_reason": "waiting", "node_sites": {"n3": "paris"}}`), &orig); err != nil {
 		t.Fatal(err)
 	}
 	got, err := retryJob(&orig)

@@ -246,6 +246,8 @@ func TestEveryJobRouteAppliesPolicy(t *testing.T) {
 		"DELETE /node/{id}":              "forgets a node",
 		"POST /token":                    "makes a token",
 		"DELETE /token/{name}":           "revokes a token",
+		"POST /site":                     "makes a site",
+		"DELETE /site/{name}":            "revokes a site",
 		"POST /join-token":               "makes a join token",
 		"DELETE /join-token/{name}":      "revokes a join token",
 		"POST /enrollments/{id}/approve": "admits an agent",

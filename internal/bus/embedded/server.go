@@ -76,7 +76,13 @@ func StartServer(ctx context.Context, cfg ServerConfig) (*server.Server, error) 
 		if cfg.LeafTLS == nil || cfg.Auth == nil {
 			return nil, errors.New("embedded NATS: a leaf port needs TLS and authentication")
 		}
-		opts.LeafNode = server.LeafNodeOpts{Host: cfg.LeafHost, Port: cfg.LeafPort, TLSConfig: cfg.LeafTLS, TLSTimeout: 5}
+		// NoAdvertise: a relay connects to the URLs of its site's
+		// credential (leaf_advertise where set) and no others. Left to
+		// advertise, a server hands relays its listen addresses, which
+		// may not be reachable from a site (NAT, a proxy on the link),
+		// and relays would fail over to them.
+		opts.LeafNode = server.LeafNodeOpts{Host: cfg.LeafHost, Port: cfg.LeafPort, TLSConfig: cfg.LeafTLS, TLSTimeout: 5,
+			NoAdvertise: true}
 	}
 	if cfg.ClusterName != "" {
 		opts.Cluster = server.ClusterOpts{Name: cfg.ClusterName, Host: cfg.ClusterHost, Port: cfg.ClusterPort}
