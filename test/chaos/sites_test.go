@@ -180,13 +180,36 @@ func (f *siteFleet) submit(t *testing.T, target string, tasks ...api.Phase) *api
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	j, err := f.live().SubmitJob(ctx, &api.JobSpec{Target: tg, Tasks: tasks, Strategy: api.StrategyContinue, Timeout: "2m"})
-	if err != nil {
-		t.Fatalf("submit to %s: %v", target, err)
+	spec := &api.JobSpec{Target: tg, Tasks: tasks, Strategy: api.StrategyContinue, Timeout: "2m"}
+	// Right after a controller's kill the survivors' streams elect new
+	// leaders: a submission may wait that out, so try each survivor in
+	// turn for a while.
+	deadline := time.Now().Add(45 * time.Second)
+	for try := 0; ; try++ {
+		i := f.liveIndex(try)
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		j, err := f.clients[i].SubmitJob(ctx, spec)
+		cancel()
+		if err == nil {
+			return j
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("submit to %s: %v", target, err)
+		}
+		t.Logf("submit to %s through %s: %v; trying again", target, f.specs[i].name, err)
+		time.Sleep(500 * time.Millisecond)
 	}
-	return j
+}
+
+// liveIndex is the n-th (modulo) controller still running.
+func (f *siteFleet) liveIndex(n int) int {
+	var live []int
+	for i := range f.clients {
+		if !f.dead[i] {
+			live = append(live, i)
+		}
+	}
+	return live[n%len(live)]
 }
 
 func echo(msg string) api.Phase {
