@@ -17,12 +17,14 @@ func newBenchSitesCommand(g *globals, bf *benchFlags) *cobra.Command {
 	var (
 		sites, rounds, procs int
 		agentBin             string
+		relaysHere           bool
 	)
 	cmd := &cobra.Command{
 		Use:   "sites",
 		Short: "Measure sites: what a site's link carries for a broadcast, and fan-out through relays against direct agents",
 		Long: `Start an embedded controller with a leaf port, create --sites sites and run a
-relay process for each ("grid site relay" of this binary), with --agents
+relay process for each ("grid site relay" of this binary, or a relay in
+this process with --relays-in-process), with --agents
 agents per site connected to their relay (in this process, or --agent-procs
 "grid agent" processes per site).
 
@@ -68,7 +70,7 @@ every agent, or the command fails.`,
 				return err
 			}
 			defer done()
-			r, err := runBenchSites(ctx, g, env, sites, perSite, rounds, procs > 0)
+			r, err := runBenchSites(ctx, g, env, sites, perSite, rounds, procs > 0, relaysHere)
 			if err != nil {
 				return err
 			}
@@ -79,10 +81,11 @@ every agent, or the command fails.`,
 	cmd.Flags().IntVar(&rounds, "rounds", 10, "fan-out jobs to time, through the sites and directly")
 	cmd.Flags().IntVar(&procs, "agent-procs", 0, "run this many agents per site as separate grid agent processes (instead of --agents per site in this process)")
 	cmd.Flags().StringVar(&agentBin, "agent-bin", "", "with --agent-procs: the grid binary to run (default: this one)")
+	cmd.Flags().BoolVar(&relaysHere, "relays-in-process", false, "run the relays in this process instead of as grid site relay processes")
 	return cmd
 }
 
-func runBenchSites(ctx context.Context, g *globals, env *bench.Env, nSites, perSite, rounds int, procs bool) (bench.SitesReport, error) {
+func runBenchSites(ctx context.Context, g *globals, env *bench.Env, nSites, perSite, rounds int, procs, relaysHere bool) (bench.SitesReport, error) {
 	var zero bench.SitesReport
 	start := func(n int, url string) error {
 		var err error
@@ -94,7 +97,7 @@ func runBenchSites(ctx context.Context, g *globals, env *bench.Env, nSites, perS
 		return err
 	}
 	_, _ = fmt.Fprintf(g.stderr, "bench: %d sites with a relay each\n", nSites)
-	sites, err := env.StartSites(ctx, nSites)
+	sites, err := env.StartSites(ctx, nSites, relaysHere)
 	if err != nil {
 		return zero, err
 	}

@@ -30,6 +30,7 @@ import (
 	"github.com/gridfleet/terraform-provider-grid/controller"
 	"github.com/gridfleet/terraform-provider-grid/internal/compose/fleet"
 	"github.com/gridfleet/terraform-provider-grid/internal/pki"
+	"github.com/gridfleet/terraform-provider-grid/relay"
 )
 
 // Options say what to measure against.
@@ -106,8 +107,10 @@ type Env struct {
 	// groupSuffix tells the agents started from now on apart from the
 	// earlier ones (UseGroup).
 	groupSuffix string
-	// relays are the sites' relay processes (StartSites).
-	relays []*proc
+	// relays are the sites' relay processes, inRelays the relays run in
+	// this process (StartSites).
+	relays   []*proc
+	inRelays []*relay.Relay
 	// retired counts the agents StopAgents stopped: the next ones take
 	// new names (and keys) after theirs.
 	retired int

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
+	"github.com/gridfleet/terraform-provider-grid/relay"
 )
 
 // Site is a site of the bench: its name and the relay its agents connect
@@ -27,16 +28,17 @@ type Site struct {
 // server, which the hub's Leafz shows for the relay's leaf connection.
 func relayServerName(site string) string { return "grid-relay-" + site }
 
-// StartSites creates n sites through the API and runs a relay process for
-// each (this binary's "grid site relay", from the credential written to
-// the bench's data dir), and returns once every relay is linked to the
-// embedded controller. Needs Options.Sites.
-func (e *Env) StartSites(ctx context.Context, n int) ([]Site, error) {
+// StartSites creates n sites through the API and runs a relay for each —
+// a process (this binary's "grid site relay", from the credential written
+// to the bench's data dir), or with inProcess a relay.Relay in this
+// process — and returns once every relay is linked to the embedded
+// controller. Needs Options.Sites.
+func (e *Env) StartSites(ctx context.Context, n int, inProcess bool) ([]Site, error) {
 	if e.fleet == nil || !e.opts.Sites {
 		return nil, errors.New("sites need the embedded controller with its leaf port (Options.Sites)")
 	}
 	self, err := os.Executable()
-	if err != nil {
+	if err != nil && !inProcess {
 		return nil, fmt.Errorf("relay binary: %w", err)
 	}
 	dir := filepath.Join(e.dir, "sites")
@@ -49,6 +51,14 @@ func (e *Env) StartSites(ctx context.Context, n int) ([]Site, error) {
 		cred, err := e.client.CreateSite(ctx, api.SiteCreateRequest{Name: name, Hosts: []string{"127.0.0.1"}})
 		if err != nil {
 			return nil, fmt.Errorf("create site %s: %w", name, err)
+		}
+		if inProcess {
+			s, err := e.startRelay(ctx, &cred)
+			if err != nil {
+				return nil, err
+			}
+			sites = append(sites, s)
+			continue
 		}
 		b, err := json.Marshal(cred)
 		if err != nil {
@@ -83,12 +93,29 @@ func (e *Env) StartSites(ctx context.Context, n int) ([]Site, error) {
 			case <-ctx.Done():
 				return nil, ctx.Err()
 			case <-deadline:
-				return nil, fmt.Errorf("site %s: its relay did not link to the controller within 30s; see %s", s.Name, filepath.Join(dir, s.Name+".log"))
+				return nil, fmt.Errorf("site %s: its relay did not link to the controller within 30s (a relay process logs to %s)", s.Name, filepath.Join(dir, s.Name+".log"))
 			case <-time.After(50 * time.Millisecond):
 			}
 		}
 	}
 	return sites, nil
+}
+
+// startRelay runs a site's relay in this process.
+func (e *Env) startRelay(ctx context.Context, cred *api.SiteCredential) (Site, error) {
+	cfg := relay.DefaultConfig()
+	cfg.Credential, cfg.Listen, cfg.Logger = cred, "127.0.0.1:0", e.log
+	r, err := relay.New(cfg)
+	if err != nil {
+		return Site{}, fmt.Errorf("relay of site %s: %w", cred.Site, err)
+	}
+	if err := r.Start(ctx); err != nil {
+		return Site{}, fmt.Errorf("relay of site %s: %w", cred.Site, err)
+	}
+	e.mu.Lock()
+	e.inRelays = append(e.inRelays, r)
+	e.mu.Unlock()
+	return Site{Name: cred.Site, URL: r.URL()}, nil
 }
 
 func freeLoopbackPort() (int, error) {
@@ -102,10 +129,13 @@ func freeLoopbackPort() (int, error) {
 
 func (e *Env) stopRelays() {
 	e.mu.Lock()
-	ps := e.relays
-	e.relays = nil
+	ps, rs := e.relays, e.inRelays
+	e.relays, e.inRelays = nil, nil
 	e.mu.Unlock()
 	stopProcs(ps, 10*time.Second)
+	for _, r := range rs {
+		r.Close()
+	}
 }
 
 // LinkCounters are what crossed a site's link, as the hub's end of the
