@@ -650,6 +650,7 @@ func (c *Controller) startNATS(ctx context.Context, id string) (*server.Server, 
 		// Relays prove their site's key, not a certificate: the server's
 		// certificate, no client certificate asked.
 		sc.LeafHost, sc.LeafTLS = lh, c.sec.leafTLS()
+		sc.LeafSend, sc.LeafHear = siteSend, siteHear
 	}
 	return embedded.StartServer(ctx, sc)
 }

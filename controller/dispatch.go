@@ -56,7 +56,10 @@ func (r *run) dispatchMany(s api.FlatStep, nodes []*nodeRun, attempt int) {
 	// node by node: a broadcast would reach the target's other nodes too.
 	// So is a step with sensitive values, to each node on its own subject,
 	// sealed for that node.
-	broadcast := t.Scope == api.ScopeAll || t.Scope == api.ScopeGroup || t.Scope == api.ScopeSite
+	// So is a group narrowed to one site (group:web@paris): its subject
+	// is the group's at every site, and the relays of the others, which
+	// hold their nodes' rights to it, would hear the step.
+	broadcast := t.Scope == api.ScopeAll || (t.Scope == api.ScopeGroup && t.Site == "") || t.Scope == api.ScopeSite
 	if len(r.job.Nodes) == 0 && broadcast && len(r.secrets[s.Index]) == 0 {
 		active := make(map[string]bool, len(nodes))
 		for _, n := range nodes {
@@ -71,9 +74,6 @@ func (r *run) dispatchMany(s api.FlatStep, nodes []*nodeRun, attempt int) {
 		if len(exclude) <= maxExclude {
 			cmd := r.command(s, attempt)
 			cmd.Exclude = exclude
-			// A group of one site is sent on the group's subject; the
-			// group's agents at other sites hear it and drop it.
-			cmd.Site = t.Site
 			r.markDispatched(s, nodes, attempt)
 			r.c.publishCommand(r.stepCtx(s), api.CommandSubject(t, s.Task.Backend, s.Task.Action), &cmd)
 			return

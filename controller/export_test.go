@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+
 	"github.com/gridfleet/terraform-provider-grid/api"
 )
 
@@ -49,4 +51,17 @@ func (c *Controller) LookAtAuditNow() {
 // to on purpose.
 func (c *Controller) Authorize(pattern string, role api.Role, h http.Handler) http.Handler {
 	return c.authorize(route{pattern: pattern, role: role, handler: h})
+}
+
+// LeafURL is the URL sites' credentials name for this controller's leaf
+// port ("" without one).
+func (c *Controller) LeafURL() string { return c.leafURL }
+
+// SiteSend and SiteHear are the subjects that cross between the relays'
+// account and the controllers'.
+var SiteSend, SiteHear = siteSend, siteHear
+
+// SitePermissions are the rights of a site's relay on this controller.
+func (c *Controller) SitePermissions(site string) *server.Permissions {
+	return c.sec.sitePermissions(site)
 }

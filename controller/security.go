@@ -55,10 +55,13 @@ type security struct {
 	// sites are the sites whose relays may connect on the leaf port (nil
 	// until their bucket is loaded: leaf connections are refused until
 	// then).
-	sites   atomic.Pointer[sites]
-	gate    *enrollGate
-	fileTok fileToken
-	live    liveConns
+	sites atomic.Pointer[sites]
+	gate  *enrollGate
+	// siteGate limits the requests sites' relays send on per key (only
+	// its admit is used; the budgets are gate's, shared).
+	siteGate *enrollGate
+	fileTok  fileToken
+	live     liveConns
 
 	mu      sync.RWMutex
 	byNode  map[string]*api.Enrollment
@@ -99,7 +102,7 @@ func newSecurity(cfg Config, log *slog.Logger) (*security, error) {
 			ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12},
 		clientTLS: &tls.Config{Certificates: []tls.Certificate{ctl}, RootCAs: pool, MinVersion: tls.VersionTLS12},
 		byNode:    map[string]*api.Enrollment{}, byKey: map[string]*api.Enrollment{}, revoked: map[string]bool{},
-		gate: newEnrollGate(log),
+		gate: newEnrollGate(log), siteGate: newEnrollGate(log),
 	}, nil
 }
 
@@ -136,7 +139,9 @@ func (s *security) Check(c server.ClientAuthentication) bool {
 	e := s.byKey[o.Nkey]
 	revoked := s.revoked[o.Nkey]
 	s.mu.RUnlock()
-	admitted := e != nil && e.Status == api.EnrollAdmitted
+	// A node of a site holds its rights while its site lives: revoking a
+	// site ends what the keys its relay enrolled can do here too.
+	admitted := e != nil && e.Status == api.EnrollAdmitted && s.siteLive(e.Site)
 	enrolling := strings.HasPrefix(o.Name, api.EnrollConnName)
 	// A key that flooded the enrollment subject lately gets no connection
 	// that may only ask to enroll (an admitted agent's own connection is
@@ -154,7 +159,7 @@ func (s *security) Check(c server.ClientAuthentication) bool {
 		// enrolled: it gets that alone, so that sparing it from the
 		// duplicate check (and from disconnect) gives a name nothing.
 		c.RegisterUser(&server.User{Username: "enrolling", Permissions: busperm.Enrollee(o.Nkey)})
-	case e != nil && e.Status == api.EnrollAdmitted:
+	case admitted:
 		if !s.admitOnce(c, o.Nkey, e.NodeID) {
 			return false
 		}
@@ -163,6 +168,29 @@ func (s *security) Check(c server.ClientAuthentication) bool {
 		c.RegisterUser(&server.User{Username: "enrolling", Permissions: busperm.Enrollee(o.Nkey)})
 	}
 	return true
+}
+
+// siteLive reports whether a node's site lives: the hub's own always
+// does; another only while its record is there and not revoked.
+func (s *security) siteLive(site string) bool {
+	if site == "" || site == api.DefaultSite {
+		return true
+	}
+	st := s.sites.Load()
+	return st != nil && st.exists(site)
+}
+
+// siteKeys are the keys of a site's nodes.
+func (s *security) siteKeys(site string) []string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var keys []string
+	for _, e := range s.byNode {
+		if e.Site == site {
+			keys = append(keys, e.PublicKey)
+		}
+	}
+	return keys
 }
 
 // admitted returns the groups a node id was admitted with.
@@ -321,11 +349,21 @@ func (s *security) onEnroll(m *nats.Msg) {
 func (s *security) answerEnroll(m *nats.Msg, key, site string, replyOK func(*nats.Msg) bool) {
 	now := time.Now().UTC()
 	// Every message a key sends counts against its rate, answerable or
-	// not: a flood without reply subjects is a flood too.
-	if ok, kick := s.gate.admit(key, len(m.Data), now); !ok {
+	// not: a flood without reply subjects is a flood too. A site's relay
+	// names the key in its subject without proving it to the hub, so its
+	// requests are counted apart from the key's own (else one relay could
+	// use up, and get banned, any agent's key) and never close the key's
+	// connections here: its agent is at the relay, which limits it.
+	// They are kept in a table of their own, too: a relay names keys for
+	// free, and a flood of fresh keys starts a table over, bans included.
+	gate, limitKey := s.gate, key
+	if site != "" {
+		gate, limitKey = s.siteGate, site+":"+key
+	}
+	if ok, kick := gate.admit(limitKey, len(m.Data), now); !ok {
 		// An admitted agent is never cut off for asking too often (its
 		// questions pile up while it is disconnected); others are.
-		if kick {
+		if kick && site == "" {
 			s.kick(key, s.isAdmitted(key))
 		}
 		return

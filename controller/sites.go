@@ -15,8 +15,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
+	"golang.org/x/time/rate"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
+	"github.com/gridfleet/terraform-provider-grid/internal/bus/embedded"
 	"github.com/gridfleet/terraform-provider-grid/internal/busperm"
 )
 
@@ -37,25 +39,43 @@ type sites struct {
 	mu     sync.Mutex
 	byName map[string]*api.Site
 	byKey  map[string]string
-	// leafs are the relays' leaf connections on this server by site:
-	// client ids.
-	leafs map[string]map[uint64]bool
+	// leafs are the relays' leaf connections on this server by site and
+	// client id.
+	leafs map[string]map[uint64]*leafConn
 	// settle holds a pending close of a site's leaf connections.
 	settle map[string]*time.Timer
-	closed bool
+	// gen counts the closes of a site's leaf connections (see
+	// checkConnected).
+	gen map[string]uint64
+	// rosters limit each site's roster requests (rosterRate).
+	rosters map[string]*rate.Limiter
+	closed  bool
+}
+
+// A roster answer walks every enrollment of the fleet: a site's relay asks
+// at start, every few seconds and after each reconnect, and no faster
+// (per controller).
+const (
+	rosterRate  = rate.Limit(2)
+	rosterBurst = 10
+)
+
+// leafConn is a relay's leaf connection.
+type leafConn struct {
+	// name is the server name the relay gave in its CONNECT.
+	name string
+	// seen once set up on the server (checkConnected).
+	seen bool
 }
 
 // membershipSettle is how long a change of a site's nodes waits for more
 // before its relays reconnect with the new rights.
 const membershipSettle = time.Second
 
-// hubClaimCheck is when a newly admitted leaf connection is checked for
-// having claimed the hub's role (see checkLeaf).
-const hubClaimCheck = 300 * time.Millisecond
-
 func newSites(log *slog.Logger, sec *security) *sites {
 	return &sites{log: log, sec: sec, byName: map[string]*api.Site{}, byKey: map[string]string{},
-		leafs: map[string]map[uint64]bool{}, settle: map[string]*time.Timer{}}
+		leafs: map[string]map[uint64]*leafConn{}, settle: map[string]*time.Timer{}, gen: map[string]uint64{},
+		rosters: map[string]*rate.Limiter{}}
 }
 
 // watch follows the sites bucket until ctx ends, from a goroutine counted
@@ -91,15 +111,12 @@ func (st *sites) apply(kve jetstream.KeyValueEntry) {
 	st.mu.Unlock()
 	if next == nil || next.Revoked {
 		st.disconnect(name, "site revoked")
+		// Its nodes' keys connected straight to this server lose their
+		// rights too (Check): close their connections.
+		for _, key := range st.sec.siteKeys(name) {
+			st.sec.disconnect(key, true)
+		}
 	}
-}
-
-// live returns the site of a relay key, if the site is live.
-func (st *sites) live(key string) (string, bool) {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	name, ok := st.byKey[key]
-	return name, ok
 }
 
 // exists reports whether name is a live site.
@@ -118,47 +135,83 @@ func (st *sites) checkLeaf(c server.ClientAuthentication) bool {
 		return false
 	}
 	key := c.GetOpts().Nkey
-	site, ok := st.live(key)
-	if !ok {
-		st.sec.gate.logRefusal("refused a leaf connection: not a live site's key", "key", key)
+	ns := st.sec.ns.Load()
+	if ns == nil {
 		return false
 	}
-	c.RegisterUser(&server.User{Username: "site:" + site, Permissions: st.sec.sitePermissions(site)})
+	acc, err := ns.LookupAccount(embedded.LeafAccount)
+	if err != nil {
+		st.log.Warn("refused a site relay: no account for relays", "err", err)
+		return false
+	}
 	cid := c.GetID()
+	// The site is found live and the connection tracked in one step, so
+	// that a revocation applied meanwhile either refuses it here or finds
+	// it in leafs.
 	st.mu.Lock()
-	if st.closed {
+	site, ok := st.byKey[key]
+	if !ok || st.closed {
 		st.mu.Unlock()
+		if !ok {
+			st.sec.gate.logRefusal("refused a leaf connection: not a live site's key", "key", key)
+		}
 		return false
 	}
-	if st.leafs[site] == nil {
-		st.leafs[site] = map[uint64]bool{}
-	}
-	st.leafs[site][cid] = true
-	// Forget the connections that are gone (a relay's reconnects).
-	if ns := st.sec.ns.Load(); ns != nil {
-		for old := range st.leafs[site] {
-			if old != cid && ns.GetLeafNode(old) == nil {
-				delete(st.leafs[site], old)
+	// The server replaces a leaf connection by a newer one giving the same
+	// server name (and cluster and remote account, which the CONNECT
+	// names too): a relay's reconnect replacing its stale connection. A
+	// name held by another site's relay is refused, so that no relay can
+	// cut off another site's.
+	name := c.GetOpts().Name
+	for other, conns := range st.leafs {
+		for ocid, lc := range conns {
+			if other != site && name != "" && lc.name == name && (!lc.seen || ns.GetLeafNode(ocid) != nil) {
+				st.mu.Unlock()
+				st.log.Warn("refused a site relay giving the server name of another site's relay", "site", site,
+					"other_site", other, "name", name)
+				return false
 			}
 		}
 	}
+	if st.leafs[site] == nil {
+		st.leafs[site] = map[uint64]*leafConn{}
+	}
+	st.leafs[site][cid] = &leafConn{name: name}
+	gen := st.gen[site]
+	// Forget the connections that are gone (a relay's reconnects); one
+	// not seen on the server yet may still be on its way there.
+	for old, lc := range st.leafs[site] {
+		if lc.seen && ns.GetLeafNode(old) == nil {
+			delete(st.leafs[site], old)
+		}
+	}
 	st.mu.Unlock()
+	c.RegisterUser(&server.User{Username: "site:" + site, Account: acc, Permissions: st.sec.sitePermissions(site)})
 	addr := ""
 	if a := c.RemoteAddress(); a != nil {
 		addr = a.String()
 	}
 	st.log.Info("site relay connected", "site", site, "addr", addr, "cid", cid)
-	// A relay that claims the hub's role in its CONNECT would turn the
-	// roles of this connection around; a site's relay is always the
-	// spoke. The claim is read after authentication, so it is checked
-	// once the connection is set up.
-	time.AfterFunc(hubClaimCheck, func() { st.refuseHubClaim(site, cid) })
+	time.AfterFunc(leafCheck, func() { st.checkConnected(site, cid, gen, 1) })
 	return true
 }
 
-// refuseHubClaim closes the site's leaf connection cid if it made this
-// server its spoke.
-func (st *sites) refuseHubClaim(site string, cid uint64) {
+// leafCheck is when a newly admitted leaf connection is checked once it
+// is set up (see checkConnected), and again while it is not yet;
+// leafCheckTries bounds the tries.
+const (
+	leafCheck      = 300 * time.Millisecond
+	leafCheckTries = 10
+)
+
+// checkConnected looks at the site's leaf connection cid once the server
+// has set it up, which is after checkLeaf: a close of the site's
+// connections (revocation, its nodes changed: gen moved on) that came in
+// between could not reach it, and the relay's CONNECT may have claimed
+// the hub's role, turning the roles of the connection around (a site's
+// relay is always the spoke). Either way it is closed; otherwise it is
+// marked seen.
+func (st *sites) checkConnected(site string, cid, gen uint64, try int) {
 	ns := st.sec.ns.Load()
 	if ns == nil {
 		return
@@ -167,11 +220,40 @@ func (st *sites) refuseHubClaim(site string, cid uint64) {
 	if err != nil {
 		return
 	}
+	var li *server.LeafInfo
 	for _, l := range lz.Leafs {
-		if l.ID == cid && l.IsSpoke {
-			st.log.Warn("closed a site relay's leaf connection that claimed to be the hub", "site", site, "cid", cid)
-			_ = ns.DisconnectClientByID(cid)
+		if l.ID == cid {
+			li = l
 		}
+	}
+	st.mu.Lock()
+	if st.closed {
+		st.mu.Unlock()
+		return
+	}
+	if li == nil {
+		if try < leafCheckTries {
+			time.AfterFunc(leafCheck, func() { st.checkConnected(site, cid, gen, try+1) })
+		} else if st.leafs[site] != nil {
+			delete(st.leafs[site], cid) // never set up, or gone
+		}
+		st.mu.Unlock()
+		return
+	}
+	s := st.byName[site]
+	stale := s == nil || s.Revoked || st.gen[site] != gen
+	if lc := st.leafs[site][cid]; !stale && lc != nil {
+		lc.seen = true
+	}
+	st.mu.Unlock()
+	switch {
+	case li.IsSpoke:
+		st.log.Warn("closed a site relay's leaf connection that claimed to be the hub", "site", site, "cid", cid)
+		_ = ns.DisconnectClientByID(cid)
+	case stale:
+		st.log.Info("closed a site relay's leaf connection whose site was revoked or whose nodes changed as it connected",
+			"site", site, "cid", cid)
+		_ = ns.DisconnectClientByID(cid)
 	}
 }
 
@@ -202,6 +284,7 @@ func (st *sites) disconnect(site, why string) {
 	st.mu.Lock()
 	cids := st.leafs[site]
 	delete(st.leafs, site)
+	st.gen[site]++
 	st.mu.Unlock()
 	ns := st.sec.ns.Load()
 	if ns == nil {
@@ -246,6 +329,19 @@ func (st *sites) connected(site string) int {
 	}
 	return n
 }
+
+// Relays' leaf connections live in their own account (embedded.LeafAccount),
+// which shares with the controllers' only the subjects a relay may ever
+// send (siteSend) or hear (siteHear); each connection's permissions then
+// narrow them to its site's nodes. The server lets a leaf publish some
+// subjects past its permissions (JetStream acknowledgements among them:
+// "+NXT" with a reply subject of the relay's would pull a controller's
+// consumer's messages); in the relays' account they reach nothing.
+var (
+	siteSend = []string{api.SubjectReportAll, api.SubjectProgress, api.SubjectNodeRegisterAll, api.SubjectNodeHeartbeatAll,
+		"grid.site.>"}
+	siteHear = []string{api.SubjectCommands, api.SubjectCancelAll, "_INBOX.>", "_GRID_SITE.>"}
+)
 
 // sitePermissions are the rights of a site's relay on the hub, from the
 // relay's side of the leaf connection: publish what its admitted nodes may
@@ -316,7 +412,7 @@ func (st *sites) onRoster(m *nats.Msg) {
 	if !ok || kind != "roster" || !st.exists(site) {
 		return
 	}
-	if !st.sec.replies.under(m, api.SiteInboxPrefix(site)+".") {
+	if !st.sec.replies.under(m, api.SiteInboxPrefix(site)+".") || !st.rosterAllowed(site) {
 		return
 	}
 	b, err := json.Marshal(api.SiteRoster{Site: site, Enrollments: st.sec.siteEnrollments(site)})
@@ -324,6 +420,19 @@ func (st *sites) onRoster(m *nats.Msg) {
 		return
 	}
 	_ = m.Respond(b)
+}
+
+// rosterAllowed takes one of a site's roster answers (the sites are few
+// and named by the operator, so a limiter each is kept).
+func (st *sites) rosterAllowed(site string) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	l := st.rosters[site]
+	if l == nil {
+		l = rate.NewLimiter(rosterRate, rosterBurst)
+		st.rosters[site] = l
+	}
+	return l.Allow()
 }
 
 // siteEnrollments are the enrollments of a site's nodes, by node id.

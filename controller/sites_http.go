@@ -35,6 +35,16 @@ func (c *Controller) setupSites(ctx context.Context, s *startup) error {
 	s.subs = append(s.subs, subs...)
 	c.sec.sites.Store(st)
 	s.onUndo(st.close)
+	// Nodes of sites connected straight to this server while the sites
+	// were loading got no node's rights (Check): let them come back for
+	// them.
+	for _, site := range st.list() {
+		if !site.Revoked {
+			for _, key := range c.sec.siteKeys(site.Name) {
+				c.sec.disconnect(key, true)
+			}
+		}
+	}
 	if c.ns != nil && c.cfg.LeafAddr != "" {
 		c.leafURL = c.advertisedLeafURL()
 		c.log.Info("sites' relays may connect", "leaf_url", c.leafURL)

@@ -42,7 +42,19 @@ type ServerConfig struct {
 	LeafHost string
 	LeafPort int
 	LeafTLS  *tls.Config
+	// LeafSend and LeafHear are the subjects that cross between
+	// LeafAccount, where Auth binds the leaf connections, and the global
+	// account of everyone else: what leafs send in, what they hear. The
+	// server lets a leaf publish some subjects whatever its permissions
+	// (JetStream acknowledgements, service import replies, routing
+	// subjects to it); in their own account, which has no JetStream and
+	// imports only these, they reach nothing.
+	LeafSend []string
+	LeafHear []string
 }
+
+// LeafAccount is the account of the leaf connections (see LeafSend).
+const LeafAccount = "GRID_LEAFS"
 
 // StartServer starts an embedded NATS server with JetStream and returns once
 // it accepts connections. The server shuts down when ctx ends.
@@ -109,9 +121,42 @@ func StartServer(ctx context.Context, cfg ServerConfig) (*server.Server, error) 
 		s.Shutdown()
 		return nil, fmt.Errorf("embedded NATS: not ready to accept connections on %s:%d within 15s", opts.Host, opts.Port)
 	}
+	if cfg.LeafPort != 0 {
+		// Before anyone connects: imports apply to the subscriptions made
+		// after them.
+		if err := leafAccount(s, cfg); err != nil {
+			s.Shutdown()
+			return nil, fmt.Errorf("embedded NATS: leaf account: %w", err)
+		}
+	}
 	go func() {
 		<-ctx.Done()
 		s.Shutdown()
 	}()
 	return s, nil
+}
+
+// leafAccount makes LeafAccount and its stream imports and exports with
+// the global account.
+func leafAccount(s *server.Server, cfg ServerConfig) error {
+	leaf, err := s.RegisterAccount(LeafAccount)
+	if err != nil {
+		return err
+	}
+	g := s.GlobalAccount()
+	cross := func(from, to *server.Account, subjects []string) error {
+		for _, subj := range subjects {
+			if err := from.AddStreamExport(subj, []*server.Account{to}); err != nil {
+				return fmt.Errorf("export %s: %w", subj, err)
+			}
+			if err := to.AddStreamImport(from, subj, ""); err != nil {
+				return fmt.Errorf("import %s: %w", subj, err)
+			}
+		}
+		return nil
+	}
+	if err := cross(leaf, g, cfg.LeafSend); err != nil {
+		return err
+	}
+	return cross(g, leaf, cfg.LeafHear)
 }
