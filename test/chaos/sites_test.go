@@ -110,7 +110,9 @@ func (f *siteFleet) addAgent(t *testing.T, name, site, group string, urls []stri
 	f.byGroup[group+"@"+site] = append(f.byGroup[group+"@"+site], name)
 }
 
-// cli runs the grid CLI against controller i as its admin.
+// cli runs the grid CLI against controller i as its admin. A command
+// that fails is run again for a while: right after a controller's kill
+// the survivors answer 503 until their streams have new leaders.
 func (f *siteFleet) cli(t *testing.T, i int, args ...string) string {
 	t.Helper()
 	s := f.specs[i]
@@ -118,13 +120,19 @@ func (f *siteFleet) cli(t *testing.T, i int, args ...string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(gridBin, append([]string{"--addr", s.apiURL(), "--cacert", filepath.Join(s.dataDir, pki.CAFile)}, args...)...)
-	cmd.Env = append(os.Environ(), "GRID_TOKEN="+strings.TrimSpace(string(tok)))
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("grid %s: %v\n%s", strings.Join(args, " "), err, out)
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		cmd := exec.Command(gridBin, append([]string{"--addr", s.apiURL(), "--cacert", filepath.Join(s.dataDir, pki.CAFile)}, args...)...)
+		cmd.Env = append(os.Environ(), "GRID_TOKEN="+strings.TrimSpace(string(tok)))
+		out, err := cmd.CombinedOutput()
+		if err == nil {
+			return string(out)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("grid %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		t.Logf("grid %s: %v: %s; trying again", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+		time.Sleep(time.Second)
 	}
-	return string(out)
 }
 
 // live is the client of a controller still running.
