@@ -37,6 +37,8 @@ type benchFlags struct {
 	agentLogLevel  string
 	agentDebugPort int
 	agentEnv       []string
+	// sites opens the embedded controller's leaf port (bench sites).
+	sites bool
 
 	cpuFile *os.File
 }
@@ -73,7 +75,7 @@ Progress goes to stderr; the result is a table, or JSON with -o json.`,
 	pf.StringVar(&bf.ctlDir, "controller-data-dir", "", "with --addr: the controller's data dir on this machine (its CA, join token and client certificate); empty for an insecure controller")
 	pf.BoolVar(&bf.insecure, "insecure", false, "embedded controller without NATS TLS and authentication (to measure their cost)")
 	bf.logs.register(pf, "error")
-	cmd.AddCommand(newBenchFanoutCommand(g, bf), newBenchThroughputCommand(g, bf), newBenchRegisterCommand(g, bf), newBenchSoakCommand(g, bf), newBenchResponderCommand())
+	cmd.AddCommand(newBenchFanoutCommand(g, bf), newBenchThroughputCommand(g, bf), newBenchRegisterCommand(g, bf), newBenchSoakCommand(g, bf), newBenchSitesCommand(g, bf), newBenchResponderCommand())
 	return cmd
 }
 
@@ -105,7 +107,7 @@ func benchSetup(cmd *cobra.Command, g *globals, bf *benchFlags) (context.Context
 	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	opts := bench.Options{Heartbeat: bf.heartbeat, StartParallel: bf.parallel, Progress: g.stderr, Logger: logger, Token: g.apiToken(), Insecure: bf.insecure, ControllerDataDir: bf.ctlDir, CAFile: g.cacert,
-		AgentBin: bf.agentBin, AgentLogLevel: bf.agentLogLevel, AgentDebugPort: bf.agentDebugPort, AgentEnv: bf.agentEnv}
+		AgentBin: bf.agentBin, AgentLogLevel: bf.agentLogLevel, AgentDebugPort: bf.agentDebugPort, AgentEnv: bf.agentEnv, Sites: bf.sites}
 	if external {
 		opts.APIAddr, opts.NATSURL = g.addr, bf.nats
 	}

@@ -386,3 +386,51 @@ func TestSiteRelayClaimingHubClosed(t *testing.T) {
 		return lz != nil && lz.NumLeafs == 0
 	})
 }
+
+// A site's agents' running and progress reports cross the link: the hub
+// tells the relay of its interest in them only for a subject no broader
+// than what the leaf may publish (a '>' is not matched against the
+// leaf's progress.*.*.<node>), so the controllers subscribe to
+// api.SubjectProgress at exactly that depth.
+func TestSiteProgressCrossesTheLink(t *testing.T) {
+	f := startSiteFleet(t)
+	paris := createSite(t, f, "paris")
+	tokb, err := os.ReadFile(f.JoinTokenFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := leafServer(t, paris, paris.Seed, false)
+	waitFor(t, 10*time.Second, "the relay's leaf connection", func() bool { return ns.NumLeafNodes() == 1 })
+	lc := siteClient(t, ns, "paris")
+	key := newUserKey(t)
+	var r api.EnrollReply
+	for try := 0; try < 10; try++ {
+		if r, err = siteEnroll(t, lc, "paris", key, api.EnrollRequest{NodeID: "p-1", Token: strings.TrimSpace(string(tokb))}); err == nil {
+			break
+		}
+	}
+	if err != nil || r.Status != api.EnrollAdmitted {
+		t.Fatalf("site enrollment: %+v, %v", r, err)
+	}
+	hub := hubClient(t, f)
+	heard := make(chan string, 16)
+	sub, err := hub.Subscribe(api.SubjectProgress, func(m *nats.Msg) { heard <- m.Subject })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	_ = hub.Flush()
+	// The membership change makes the relay reconnect with p-1's rights;
+	// then p-1's progress crosses.
+	want := api.ProgressSubject("j1", 0, "p-1")
+	waitFor(t, 15*time.Second, "p-1's progress to cross the link", func() bool {
+		_ = lc.Publish(want, []byte(`{}`))
+		_ = lc.Flush()
+		select {
+		case s := <-heard:
+			return s == want
+		case <-time.After(200 * time.Millisecond):
+			return false
+		}
+	})
+}

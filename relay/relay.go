@@ -132,17 +132,24 @@ func (r *Relay) setupAuth() error {
 // key. Enrollment subjects never cross the link: an agent's own request
 // is answered by the proxy here (the hub would enroll it at no site), and
 // the hub's agents' requests are not the proxy's to answer.
+//
+// Only the URLs given are tried, never the leaf addresses the hub's
+// servers advertise for themselves: the credential names every
+// controller already, and --hub replaces them because the way from the
+// site differs (a proxy, a NAT, another name); an advertised address may
+// not be reachable from the site, or may go around the way chosen.
 func (r *Relay) setupLeaf() error {
 	r.opts.LeafNode = server.LeafNodeOpts{
 		ReconnectInterval: time.Second,
 		Remotes: []*server.RemoteLeafOpts{{
-			URLs:        r.cred.hubURLs,
-			Nkey:        r.cred.seed,
-			TLS:         true,
-			TLSConfig:   &tls.Config{RootCAs: r.cred.caPool, MinVersion: tls.VersionTLS12},
-			TLSTimeout:  5,
-			DenyImports: []string{"grid.enroll.>"},
-			DenyExports: []string{"grid.enroll.>"},
+			URLs:                    r.cred.hubURLs,
+			IgnoreDiscoveredServers: true,
+			Nkey:                    r.cred.seed,
+			TLS:                     true,
+			TLSConfig:               &tls.Config{RootCAs: r.cred.caPool, MinVersion: tls.VersionTLS12},
+			TLSTimeout:              5,
+			DenyImports:             []string{"grid.enroll.>"},
+			DenyExports:             []string{"grid.enroll.>"},
 		}},
 	}
 	return nil

@@ -30,6 +30,7 @@ import (
 	"github.com/gridfleet/terraform-provider-grid/controller"
 	"github.com/gridfleet/terraform-provider-grid/internal/compose/fleet"
 	"github.com/gridfleet/terraform-provider-grid/internal/pki"
+	"github.com/gridfleet/terraform-provider-grid/relay"
 )
 
 // Options say what to measure against.
@@ -71,6 +72,9 @@ type Options struct {
 	AgentDebugPort int
 	// AgentEnv is added to the agent processes' environment (KEY=VALUE).
 	AgentEnv []string
+	// Sites opens the embedded controller's leaf port, for sites' relays
+	// (bench sites).
+	Sites bool
 }
 
 // Env is a controller to measure and the simulated agents started against
@@ -100,6 +104,16 @@ type Env struct {
 	procs []*proc
 	// floorCPU is the responders' CPU per message (FloorProcs).
 	floorCPU time.Duration
+	// groupSuffix tells the agents started from now on apart from the
+	// earlier ones (UseGroup).
+	groupSuffix string
+	// relays are the sites' relay processes, inRelays the relays run in
+	// this process (StartSites).
+	relays   []*proc
+	inRelays []*relay.Relay
+	// retired counts the agents StopAgents stopped: the next ones take
+	// new names (and keys) after theirs.
+	retired int
 }
 
 // Setup starts an embedded controller (or checks the given one) and
@@ -120,6 +134,9 @@ func Setup(ctx context.Context, opts Options) (*Env, error) {
 			Controller: func(c *controller.Config) {
 				c.MaxPending = 100_000
 				c.Insecure = opts.Insecure
+				if opts.Sites {
+					c.LeafAddr = "127.0.0.1:0"
+				}
 			}})
 		if err != nil {
 			stop()
@@ -220,7 +237,11 @@ func (e *Env) NATSURL() string { return e.natsURL }
 
 // Group is the group every simulated agent of this run is in, so jobs of
 // the benchmark reach only them even on a shared deployment.
-func (e *Env) Group() string { return "bench-" + e.runID }
+func (e *Env) Group() string { return "bench-" + e.runID + e.groupSuffix }
+
+// UseGroup puts the agents started from now on in a group of their own
+// (Group() + suffix), so that a job to Group() reaches them only.
+func (e *Env) UseGroup(suffix string) { e.groupSuffix = suffix }
 
 // Names are the node ids of the running simulated agents.
 func (e *Env) Names() []string {
@@ -239,6 +260,7 @@ func (e *Env) printf(format string, args ...any) {
 // controller, and removes the temporary data.
 func (e *Env) Close() {
 	e.stopAgentProcs()
+	e.stopRelays()
 	if e.cancelAgents != nil {
 		e.cancelAgents()
 		e.mu.Lock()
@@ -271,6 +293,12 @@ func (e *Env) Close() {
 // own NATS connection — and returns once the controller counts them all
 // online, with the time that took from the first start.
 func (e *Env) StartAgents(ctx context.Context, n int) (time.Duration, error) {
+	return e.StartAgentsAt(ctx, n, e.natsURL)
+}
+
+// StartAgentsAt is StartAgents with the agents connected to natsURL (a
+// site's relay, say).
+func (e *Env) StartAgentsAt(ctx context.Context, n int, natsURL string) (time.Duration, error) {
 	base, err := e.onlineCount(ctx)
 	if err != nil {
 		return 0, err
@@ -280,7 +308,7 @@ func (e *Env) StartAgents(ctx context.Context, n int) (time.Duration, error) {
 		par = 64
 	}
 	e.mu.Lock()
-	first := len(e.names)
+	first := e.retired + len(e.names)
 	e.mu.Unlock()
 	start := time.Now()
 	var (
@@ -301,7 +329,7 @@ func (e *Env) StartAgents(ctx context.Context, n int) (time.Duration, error) {
 				if i >= first+n || ctx.Err() != nil {
 					return
 				}
-				a, err := e.startAgent(i)
+				a, err := e.startAgent(i, natsURL)
 				if err != nil {
 					errMu.Lock()
 					errs = append(errs, err)
@@ -338,12 +366,12 @@ func (e *Env) StartAgents(ctx context.Context, n int) (time.Duration, error) {
 	}
 }
 
-func (e *Env) startAgent(i int) (*agent.Agent, error) {
+func (e *Env) startAgent(i int, natsURL string) (*agent.Agent, error) {
 	name := fmt.Sprintf("bench-%s-%d", e.runID, i+1)
 	cfg := agent.DefaultConfig()
 	cfg.Name = name
 	cfg.Groups = []string{e.Group()}
-	cfg.NATSURLs = []string{e.natsURL}
+	cfg.NATSURLs = []string{natsURL}
 	cfg.DataDir = filepath.Join(e.dir, "agents", name)
 	cfg.Sandbox = filepath.Join(cfg.DataDir, "sandbox")
 	cfg.Logger = e.log

@@ -157,6 +157,12 @@ type agentProcConfig struct {
 // (the default level, as deployed) go to a file each in the bench's data
 // dir.
 func (e *Env) StartAgentProcs(ctx context.Context, n int) (time.Duration, error) {
+	return e.StartAgentProcsAt(ctx, n, e.natsURL)
+}
+
+// StartAgentProcsAt is StartAgentProcs with the agents connected to
+// natsURL (a site's relay, say).
+func (e *Env) StartAgentProcsAt(ctx context.Context, n int, natsURL string) (time.Duration, error) {
 	if e.opts.AgentBin == "" {
 		return 0, errors.New("no agent binary to start")
 	}
@@ -167,7 +173,7 @@ func (e *Env) StartAgentProcs(ctx context.Context, n int) (time.Duration, error)
 	ctl := e.ctlDataDir()
 	start := time.Now()
 	e.mu.Lock()
-	first := len(e.procs)
+	first := e.retired + len(e.procs)
 	e.mu.Unlock()
 	for i := first; i < first+n; i++ {
 		name := fmt.Sprintf("bench-%s-p%d", e.runID, i+1)
@@ -175,7 +181,7 @@ func (e *Env) StartAgentProcs(ctx context.Context, n int) (time.Duration, error)
 		if err := os.MkdirAll(dir, 0o750); err != nil {
 			return 0, err
 		}
-		cfg := agentProcConfig{Name: name, Groups: []string{e.Group()}, NATS: []string{e.natsURL},
+		cfg := agentProcConfig{Name: name, Groups: []string{e.Group()}, NATS: []string{natsURL},
 			DataDir: dir, HeartbeatInterval: e.heartbeat().String(), ShutdownGrace: "5s"}
 		if ctl != "" {
 			cfg.CAFile, cfg.JoinTokenFile = filepath.Join(ctl, pki.CAFile), filepath.Join(ctl, pki.JoinTokenFile)

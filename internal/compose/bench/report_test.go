@@ -136,3 +136,29 @@ func TestProcCPU(t *testing.T) {
 		t.Error("procCPU of no process: no error")
 	}
 }
+
+func TestSitesReport(t *testing.T) {
+	via := NewFanoutSide(300, FanoutResult{
+		Latencies: []time.Duration{40 * time.Millisecond, 20 * time.Millisecond, 30 * time.Millisecond},
+		Spans:     []time.Duration{35 * time.Millisecond, 15 * time.Millisecond, 25 * time.Millisecond}, Verified: 3})
+	direct := NewFanoutSide(300, FanoutResult{
+		Latencies: []time.Duration{20 * time.Millisecond, 10 * time.Millisecond, 15 * time.Millisecond}, Verified: 3})
+	link := LinkResult{Agents: 100, Window: 120 * time.Millisecond,
+		Job:  LinkCounters{ID: 7, OutMsgs: 101, InMsgs: 100, OutBytes: 500, InBytes: 24000},
+		Idle: LinkCounters{ID: 7, InMsgs: 2, InBytes: 300}}
+	r := NewSitesReport(3, 100, true, link, via, direct)
+	if r.ViaSites.P50Ms != 30 || r.ViaSites.SpanP50Ms != 25 || r.Direct.P50Ms != 15 || r.RatioP50 != 2 ||
+		r.Link.JobMsgsOut != 101 || r.Link.JobMsgsIn != 100 || r.Link.IdleMsgsIn != 2 || r.Link.WindowMs != 120 {
+		t.Fatalf("report: %+v", r)
+	}
+	var b bytes.Buffer
+	r.Table(&b)
+	for _, want := range []string{"msgs to site", "3 sites × 100", "24000", "ratio p50 (sites / direct): 2.00"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, b.String())
+		}
+	}
+	if got := (LinkCounters{InMsgs: 5, OutBytes: 9}).sub(LinkCounters{InMsgs: 2, OutBytes: 4}); got.InMsgs != 3 || got.OutBytes != 5 {
+		t.Errorf("sub: %+v", got)
+	}
+}
