@@ -77,7 +77,7 @@ func New(cfg Config) (*Relay, error) {
 	if err != nil {
 		return nil, fmt.Errorf("relay key: %w", err)
 	}
-	r := &Relay{cfg: cfg, log: log, cred: cred, self: self, cache: rosterCache{dir: cfg.DataDir},
+	r := &Relay{cfg: cfg, log: log, cred: cred, self: self, cache: rosterCache{dir: cfg.DataDir, key: cacheKey(cred.seed)},
 		kick: make(chan struct{}, 1)}
 	r.ros = newRoster(cred.site, log)
 	r.auth = &auth{log: log, roster: r.ros, selfKey: selfKey}

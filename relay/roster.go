@@ -2,6 +2,8 @@ package relay
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -177,8 +179,35 @@ func (r *roster) valid(e api.Enrollment) error {
 }
 
 // rosterCache keeps the last roster the hub sent in the data dir; a
-// zero dir keeps nothing.
-type rosterCache struct{ dir string }
+// zero dir keeps nothing. The file carries a MAC keyed from the site's
+// seed: whoever can write the data dir but not read the credential could
+// otherwise admit keys of their own, as any node of the site, on the
+// relay's next start.
+type rosterCache struct {
+	dir string
+	key []byte
+}
+
+// cacheKey is the roster cache's MAC key, derived from the site's seed so
+// that it is on no disk of its own.
+func cacheKey(seed string) []byte {
+	m := hmac.New(sha256.New, []byte(seed))
+	m.Write([]byte("grid relay roster cache"))
+	return m.Sum(nil)
+}
+
+// cachedRoster is the cache file: the roster as the relay wrote it and
+// its MAC.
+type cachedRoster struct {
+	Roster json.RawMessage `json:"roster"`
+	MAC    []byte          `json:"mac"`
+}
+
+func (c rosterCache) mac(b []byte) []byte {
+	m := hmac.New(sha256.New, c.key)
+	m.Write(b)
+	return m.Sum(nil)
+}
 
 func (c rosterCache) path() string { return filepath.Join(c.dir, RosterFile) }
 
@@ -194,8 +223,16 @@ func (c rosterCache) load(site string) (api.SiteRoster, bool, error) {
 	if err != nil {
 		return api.SiteRoster{}, false, fmt.Errorf("roster cache: %w", err)
 	}
+	var cr cachedRoster
+	if err := json.Unmarshal(b, &cr); err != nil {
+		return api.SiteRoster{}, false, fmt.Errorf("roster cache %s: %w", c.path(), err)
+	}
+	if !hmac.Equal(cr.MAC, c.mac(cr.Roster)) {
+		return api.SiteRoster{}, false, fmt.Errorf("roster cache %s was not written by this site's relay (or was changed since): "+
+			"not used; the relay waits for the hub's roster and replaces it", c.path())
+	}
 	var sr api.SiteRoster
-	if err := json.Unmarshal(b, &sr); err != nil {
+	if err := json.Unmarshal(cr.Roster, &sr); err != nil {
 		return api.SiteRoster{}, false, fmt.Errorf("roster cache %s: %w", c.path(), err)
 	}
 	if sr.Site != site {
@@ -210,7 +247,11 @@ func (c rosterCache) save(sr api.SiteRoster) error {
 	if c.dir == "" {
 		return nil
 	}
-	b, err := json.Marshal(sr)
+	raw, err := json.Marshal(sr)
+	if err != nil {
+		return err
+	}
+	b, err := json.Marshal(cachedRoster{Roster: raw, MAC: c.mac(raw)})
 	if err != nil {
 		return err
 	}

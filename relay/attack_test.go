@@ -1,0 +1,91 @@
+package relay_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/gridfleet/terraform-provider-grid/api"
+	"github.com/gridfleet/terraform-provider-grid/relay"
+)
+
+// Attacks on a site's relay: by a stranger on the site's network, by a
+// site host holding one admitted agent's key, and by someone who can write
+// the relay's data dir. Each test is an attack that must fail.
+
+// Whoever can write the relay's data dir (but not read its credential)
+// writes a roster admitting a key of their own as a node of the site, and
+// waits for the relay to restart while its link is cut: the relay must
+// not take a roster it did not save itself.
+func TestAttackForgedRosterCacheAdmitsNobody(t *testing.T) {
+	p := newPKI(t)
+	h := startHub(t, p)
+	a := newKey(t)
+	h.setRoster(admitted(a, "a1", "web"))
+	cred := credential(t, p, h.leafURL())
+	dir := t.TempDir()
+	first := startRelay(t, cred, dir)
+	waitLinked(t, first)
+	first.Close()
+	h.ns.Shutdown()
+
+	// The forger keeps whatever else the file holds and adds its key.
+	path := filepath.Join(dir, relay.RosterFile)
+	mallory := newKey(t)
+	forged := api.SiteRoster{Site: site, Enrollments: []api.Enrollment{admitted(a, "a1", "web"), admitted(mallory, "a2", "web")}}
+	b, err := json.Marshal(forged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	second := startRelay(t, cred, dir)
+	m := mustConnect(t, second, p, mallory, "grid-agent a2")
+	if _, err := m.nc.SubscribeSync("cmd.node.a2.*.*"); err != nil {
+		t.Fatal(err)
+	}
+	if !m.refused(t, "cmd.node.a2.*.*") {
+		t.Fatal("a key from a roster written into the data dir got a node's rights")
+	}
+}
+
+// The same forger copies another site's (or an older) cache of this relay
+// with a changed enrollment: a cache is only good whole.
+func TestAttackEditedRosterCacheAdmitsNobody(t *testing.T) {
+	p := newPKI(t)
+	h := startHub(t, p)
+	a := newKey(t)
+	h.setRoster(admitted(a, "a1", "web"))
+	cred := credential(t, p, h.leafURL())
+	dir := t.TempDir()
+	first := startRelay(t, cred, dir)
+	waitLinked(t, first)
+	first.Close()
+	h.ns.Shutdown()
+
+	path := filepath.Join(dir, relay.RosterFile)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Widen a1's groups in place, keeping whatever else the file says.
+	edited := bytes.Replace(b, []byte(`"web"`), []byte(`"web","db"`), 1)
+	if bytes.Equal(edited, b) {
+		t.Fatalf("cache does not name the group: %s", b)
+	}
+	if err := os.WriteFile(path, edited, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	second := startRelay(t, cred, dir)
+	ag := mustConnect(t, second, p, a, "grid-agent a1")
+	if _, err := ag.nc.SubscribeSync("cmd.group.db.*.*"); err != nil {
+		t.Fatal(err)
+	}
+	if !ag.refused(t, "cmd.group.db.*.*") {
+		t.Fatal("an edited roster cache widened an agent's rights")
+	}
+}
