@@ -3,9 +3,11 @@ package relay_test
 import (
 	"bytes"
 	"encoding/json"
+	"github.com/gridfleet/terraform-provider-grid/internal/testwait"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/gridfleet/terraform-provider-grid/api"
 	"github.com/gridfleet/terraform-provider-grid/relay"
@@ -87,5 +89,53 @@ func TestAttackEditedRosterCacheAdmitsNobody(t *testing.T) {
 	}
 	if !ag.refused(t, "cmd.group.db.*.*") {
 		t.Fatal("an edited roster cache widened an agent's rights")
+	}
+}
+
+// Strangers (keys the roster does not know) whose requests the hub leaves
+// unanswered, as it does past its own strangers' budget, each hold one of
+// the proxy's slots until its timeout: they must not take the slots the
+// site's known agents need (a pending agent asking whether it was
+// approved, an admitted one checking it was not revoked).
+func TestAttackStrangersUnansweredDoNotCrowdOutKnownKeys(t *testing.T) {
+	p := newPKI(t)
+	h := startHub(t, p)
+	known := newKey(t)
+	h.setRoster(api.Enrollment{NodeID: "k1", PublicKey: known.pub, Status: api.EnrollPending, Site: site})
+	h.mu.Lock()
+	h.silent = func(key string) bool { return key != known.pub }
+	h.mu.Unlock()
+	r := startRelay(t, credential(t, p, h.leafURL()), "")
+	waitLinked(t, r)
+
+	// More strangers than the proxy holds slots, each sending its burst;
+	// the relay's strangers' budget lets through what it lets through.
+	body, _ := json.Marshal(api.EnrollRequest{NodeID: "x", Token: "made-up"})
+	for i := 0; i < 40; i++ {
+		s := newKey(t)
+		c := mustConnect(t, r, p, s, api.EnrollConnName+"x")
+		for j := 0; j < 5; j++ {
+			if err := c.nc.PublishRequest(api.EnrollSubject(s.pub), api.AgentInboxPrefix(s.pub)+".r", body); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := c.nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond) // the strangers' budget refills at 20/s
+	}
+	testwait.Until(t, 10*time.Second, 20*time.Millisecond, "the strangers' requests at the hub", func() bool {
+		return len(h.requestsSeen()) >= 16 // the strangers' slots at least
+	})
+
+	c := mustConnect(t, r, p, known, api.EnrollConnName+"k1")
+	req, _ := json.Marshal(api.EnrollRequest{NodeID: "k1"})
+	m, err := c.nc.Request(api.EnrollSubject(known.pub), req, 3*time.Second)
+	if err != nil {
+		t.Fatalf("a known agent's request while strangers wait for the hub: %v", err)
+	}
+	var reply api.EnrollReply
+	if err := json.Unmarshal(m.Data, &reply); err != nil || reply.Status != api.EnrollPending {
+		t.Fatalf("answer %s (%v), want the hub's", m.Data, err)
 	}
 }

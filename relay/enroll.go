@@ -35,7 +35,12 @@ const (
 	// enrollKeysTracked bounds the per-key limiters kept.
 	enrollKeysTracked = 10000
 	// enrollInFlight bounds the requests waiting for the hub at once.
-	enrollInFlight = 64
+	// Strangers have slots of their own: the hub leaves their requests
+	// unanswered past its own strangers' budget, and each then holds its
+	// slot until the timeout; in one pool they would take every slot the
+	// site's known agents need.
+	enrollInFlight          = 64
+	enrollStrangersInFlight = 16
 	// Past these the subscription drops requests rather than buffer a
 	// flood in the relay.
 	enrollPendingMsgs  = 1024
@@ -64,7 +69,10 @@ type enrollProxy struct {
 	admitted func(ctx context.Context)
 
 	strangers *rate.Limiter
-	inFlight  chan struct{}
+	// inFlight and strangersInFlight are the slots of known keys'
+	// requests and of strangers'.
+	inFlight          chan struct{}
+	strangersInFlight chan struct{}
 
 	mu   sync.Mutex
 	keys map[string]*rate.Limiter
@@ -85,10 +93,11 @@ func newEnrollProxy(site string, nc *nats.Conn, log *slog.Logger, ros *roster, t
 	ctx, cancel := context.WithCancel(context.Background())
 	return &enrollProxy{
 		site: site, nc: nc, log: log, roster: ros, timeout: timeout, admitted: admitted,
-		strangers: rate.NewLimiter(enrollStrangerRate, enrollStrangerBurst),
-		inFlight:  make(chan struct{}, enrollInFlight),
-		keys:      map[string]*rate.Limiter{},
-		ctx:       ctx, cancel: cancel,
+		strangers:         rate.NewLimiter(enrollStrangerRate, enrollStrangerBurst),
+		inFlight:          make(chan struct{}, enrollInFlight),
+		strangersInFlight: make(chan struct{}, enrollStrangersInFlight),
+		keys:              map[string]*rate.Limiter{},
+		ctx:               ctx, cancel: cancel,
 	}
 }
 
@@ -138,13 +147,17 @@ func (p *enrollProxy) handle(m *nats.Msg) {
 		p.drop("reply subject is not the sender's own inbox", m)
 		return
 	}
+	slots := p.inFlight
+	if !p.roster.knows(key) {
+		slots = p.strangersInFlight
+	}
 	p.runMu.Lock()
 	defer p.runMu.Unlock()
 	if p.stopped {
 		return
 	}
 	select {
-	case p.inFlight <- struct{}{}:
+	case slots <- struct{}{}:
 	default:
 		p.drop("too many requests waiting for the hub", m)
 		return
@@ -152,7 +165,7 @@ func (p *enrollProxy) handle(m *nats.Msg) {
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
-		defer func() { <-p.inFlight }()
+		defer func() { <-slots }()
 		p.forward(key, m.Data, m.Reply)
 	}()
 }
