@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"github.com/gridfleet/terraform-provider-grid/internal/testwait"
+	"github.com/nats-io/nats.go"
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -137,5 +139,58 @@ func TestAttackStrangersUnansweredDoNotCrowdOutKnownKeys(t *testing.T) {
 	var reply api.EnrollReply
 	if err := json.Unmarshal(m.Data, &reply); err != nil || reply.Status != api.EnrollPending {
 		t.Fatalf("answer %s (%v), want the hub's", m.Data, err)
+	}
+}
+
+// One host on the site's network floods enrollment requests over many
+// fresh keys, each within its own key's rate, to spend the strangers'
+// budget: a new agent on another host, with its join token, must still
+// get its first request through.
+func TestAttackOneHostsKeyFloodLeavesOtherHostsEnrolling(t *testing.T) {
+	p := newPKI(t)
+	h := startHub(t, p)
+	r := startRelay(t, credential(t, p, h.leafURL()), "")
+	waitLinked(t, r)
+
+	body, _ := json.Marshal(api.EnrollRequest{NodeID: "x", Token: "made-up"})
+	const flooders = 300
+	conns := make([]*agentConn, flooders)
+	keys := make([]key, flooders)
+	for i := range conns {
+		keys[i] = newKey(t)
+		conns[i] = mustConnect(t, r, p, keys[i], api.EnrollConnName+"x")
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			for i, c := range conns {
+				_ = c.nc.PublishRequest(api.EnrollSubject(keys[i].pub), api.AgentInboxPrefix(keys[i].pub)+".r", body)
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	testwait.Until(t, 10*time.Second, 20*time.Millisecond, "the flood at the hub", func() bool {
+		return len(h.requestsSeen()) >= 10
+	})
+
+	// The new agent's host is another address of the site's network.
+	newcomer := newKey(t)
+	nc, err := nats.Connect(r.URL(), nats.RootCAs(p.caFile), nats.Nkey(newcomer.pub, newcomer.kp.Sign),
+		nats.Name(api.EnrollConnName+"n1"), nats.CustomInboxPrefix(api.AgentInboxPrefix(newcomer.pub)), nats.NoReconnect(),
+		nats.SetCustomDialer(&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}))
+	if err != nil {
+		t.Fatalf("connect from another address: %v", err)
+	}
+	defer nc.Close()
+	req, _ := json.Marshal(api.EnrollRequest{NodeID: "n1", Token: "join"})
+	if _, err := nc.Request(api.EnrollSubject(newcomer.pub), req, 3*time.Second); err != nil {
+		t.Fatalf("a new agent's first request during another host's flood: %v", err)
 	}
 }

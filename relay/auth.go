@@ -29,6 +29,9 @@ type auth struct {
 
 	ns   atomic.Pointer[server.Server]
 	live liveConns
+	// sources learns the hosts of the keys given the enrollment rights,
+	// for the enrollment proxy's per-host budget.
+	sources *sources
 }
 
 // Check implements server.Authentication.
@@ -56,6 +59,7 @@ func (a *auth) Check(c server.ClientAuthentication) bool {
 	// gets that alone, whatever its key's enrollment says, so that sparing
 	// it from the duplicate check gives a name nothing.
 	if strings.HasPrefix(c.GetOpts().Name, api.EnrollConnName) {
+		a.noteSource(key, c)
 		c.RegisterUser(&server.User{Username: "enrolling", Permissions: busperm.Enrollee(key)})
 		return true
 	}
@@ -68,8 +72,15 @@ func (a *auth) Check(c server.ClientAuthentication) bool {
 	}
 	// Unknown, pending or revoked: only the enrollment request, whose
 	// answer (from the hub) tells the agent where it stands.
+	a.noteSource(key, c)
 	c.RegisterUser(&server.User{Username: "enrolling", Permissions: busperm.Enrollee(key)})
 	return true
+}
+
+func (a *auth) noteSource(key string, c server.ClientAuthentication) {
+	if a.sources != nil {
+		a.sources.note(key, c.RemoteAddress())
+	}
 }
 
 // inProcess reports whether the connection was made inside this process

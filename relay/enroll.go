@@ -69,6 +69,9 @@ type enrollProxy struct {
 	admitted func(ctx context.Context)
 
 	strangers *rate.Limiter
+	// sources, when set, gives each host's strangers a share of their
+	// own before the shared budget.
+	sources *sources
 	// inFlight and strangersInFlight are the slots of known keys'
 	// requests and of strangers'.
 	inFlight          chan struct{}
@@ -203,7 +206,7 @@ func (p *enrollProxy) forward(key string, body []byte, reply string) {
 }
 
 // allow applies the per-key rate, and for keys the roster does not know
-// the strangers' shared budget.
+// their host's share and the strangers' shared budget.
 func (p *enrollProxy) allow(key string) bool {
 	p.mu.Lock()
 	lim, ok := p.keys[key]
@@ -220,7 +223,13 @@ func (p *enrollProxy) allow(key string) bool {
 	if !lim.Allow() {
 		return false
 	}
-	return p.roster.knows(key) || p.strangers.Allow()
+	if p.roster.knows(key) {
+		return true
+	}
+	if p.sources != nil && !p.sources.allow(key) {
+		return false
+	}
+	return p.strangers.Allow()
 }
 
 // ownInbox reports whether reply lies in the inbox of key: only the holder

@@ -80,7 +80,7 @@ func New(cfg Config) (*Relay, error) {
 	r := &Relay{cfg: cfg, log: log, cred: cred, self: self, cache: rosterCache{dir: cfg.DataDir, key: cacheKey(cred.seed)},
 		kick: make(chan struct{}, 1)}
 	r.ros = newRoster(cred.site, log)
-	r.auth = &auth{log: log, roster: r.ros, selfKey: selfKey}
+	r.auth = &auth{log: log, roster: r.ros, selfKey: selfKey, sources: &sources{}}
 	r.opts = &server.Options{
 		ServerName: "grid-relay-" + cred.site,
 		NoSigs:     true,
@@ -186,6 +186,7 @@ func (r *Relay) Start(ctx context.Context) error {
 	}
 	r.nc = nc
 	r.proxy = newEnrollProxy(r.cred.site, nc, r.log, r.ros, r.cfg.EnrollTimeout, r.refreshNow)
+	r.proxy.sources = r.auth.sources
 	if err := r.proxy.start(); err != nil {
 		nc.Close()
 		ns.Shutdown()
