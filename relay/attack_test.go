@@ -115,7 +115,7 @@ func TestAttackStrangersUnansweredDoNotCrowdOutKnownKeys(t *testing.T) {
 	body, _ := json.Marshal(api.EnrollRequest{NodeID: "x", Token: "made-up"})
 	for i := 0; i < 40; i++ {
 		s := newKey(t)
-		c := mustConnect(t, r, p, s, api.EnrollConnName+"x")
+		c := connectFrom(t, r, p, s, api.EnrollConnName+"x", net.IPv4(127, 0, 1, byte(i+1))) // a host each
 		for j := 0; j < 5; j++ {
 			if err := c.nc.PublishRequest(api.EnrollSubject(s.pub), api.AgentInboxPrefix(s.pub)+".r", body); err != nil {
 				t.Fatal(err)
@@ -182,15 +182,24 @@ func TestAttackOneHostsKeyFloodLeavesOtherHostsEnrolling(t *testing.T) {
 
 	// The new agent's host is another address of the site's network.
 	newcomer := newKey(t)
-	nc, err := nats.Connect(r.URL(), nats.RootCAs(p.caFile), nats.Nkey(newcomer.pub, newcomer.kp.Sign),
-		nats.Name(api.EnrollConnName+"n1"), nats.CustomInboxPrefix(api.AgentInboxPrefix(newcomer.pub)), nats.NoReconnect(),
-		nats.SetCustomDialer(&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}))
-	if err != nil {
-		t.Fatalf("connect from another address: %v", err)
-	}
-	defer nc.Close()
+	nc := connectFrom(t, r, p, newcomer, api.EnrollConnName+"n1", net.IPv4(127, 0, 0, 2)).nc
 	req, _ := json.Marshal(api.EnrollRequest{NodeID: "n1", Token: "join"})
 	if _, err := nc.Request(api.EnrollSubject(newcomer.pub), req, 3*time.Second); err != nil {
 		t.Fatalf("a new agent's first request during another host's flood: %v", err)
 	}
+}
+
+// connectFrom connects to the relay as an agent on the host at ip (a
+// loopback address: the relay tells hosts apart by address).
+func connectFrom(t *testing.T, r *relay.Relay, p *testPKI, k key, name string, ip net.IP) *agentConn {
+	t.Helper()
+	nc, err := nats.Connect(r.URL(), nats.RootCAs(p.caFile), nats.Nkey(k.pub, k.kp.Sign), nats.Name(name),
+		nats.CustomInboxPrefix(api.AgentInboxPrefix(k.pub)), nats.NoReconnect(),
+		nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}),
+		nats.SetCustomDialer(&net.Dialer{LocalAddr: &net.TCPAddr{IP: ip}}))
+	if err != nil {
+		t.Fatalf("connect %s from %s: %v", name, ip, err)
+	}
+	t.Cleanup(nc.Close)
+	return &agentConn{nc: nc, closed: make(chan struct{})}
 }
