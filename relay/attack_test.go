@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -202,4 +203,63 @@ func connectFrom(t *testing.T, r *relay.Relay, p *testPKI, k key, name string, i
 	}
 	t.Cleanup(nc.Close)
 	return &agentConn{nc: nc, closed: make(chan struct{})}
+}
+
+// Strangers send enrollment requests as fast as their links carry them
+// (each far over its key's rate, the largest the proxy reads). The
+// proxy's queue is shared, and a client on a fast link outruns any
+// handler, so a known agent's request would be dropped with the flood:
+// the flooders' connections are closed, their keys refused for a while,
+// and the known agent is answered.
+func TestAttackWireSpeedFloodIsCutOff(t *testing.T) {
+	p := newPKI(t)
+	h := startHub(t, p)
+	known := newKey(t)
+	h.setRoster(api.Enrollment{NodeID: "k1", PublicKey: known.pub, Status: api.EnrollPending, Site: site})
+	r := startRelay(t, credential(t, p, h.leafURL()), "")
+	waitLinked(t, r)
+
+	big := bytes.Repeat([]byte{'x'}, 4<<10)
+	var wg sync.WaitGroup
+	flooders := make([]key, 4)
+	conns := make([]*nats.Conn, len(flooders))
+	for i := range flooders {
+		k := newKey(t)
+		flooders[i] = k
+		c := connectFrom(t, r, p, k, api.EnrollConnName+"x", net.IPv4(127, 0, 2, byte(i+1)))
+		conns[i] = c.nc
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !c.nc.IsClosed() {
+				if err := c.nc.PublishRequest(api.EnrollSubject(k.pub), api.AgentInboxPrefix(k.pub)+".r", big); err != nil {
+					return
+				}
+			}
+		}()
+	}
+	defer func() {
+		for _, nc := range conns {
+			nc.Close()
+		}
+		wg.Wait()
+	}()
+	testwait.Until(t, 20*time.Second, 20*time.Millisecond, "the flooders' connections closed", func() bool {
+		for _, nc := range conns {
+			if !nc.IsClosed() {
+				return false
+			}
+		}
+		return true
+	})
+	if c, err := connectAgent(t, r, p, flooders[0], api.EnrollConnName+"x"); err == nil {
+		c.nc.Close()
+		t.Fatal("a flooding key reconnected at once")
+	}
+
+	c := mustConnect(t, r, p, known, api.EnrollConnName+"k1")
+	req, _ := json.Marshal(api.EnrollRequest{NodeID: "k1"})
+	if _, err := c.nc.Request(api.EnrollSubject(known.pub), req, 5*time.Second); err != nil {
+		t.Fatalf("a known agent's request after a flood: %v", err)
+	}
 }

@@ -45,6 +45,13 @@ const (
 	// flood in the relay.
 	enrollPendingMsgs  = 1024
 	enrollPendingBytes = enrollPendingMsgs * maxEnrollRequest
+	// A key that sends floodOver requests over its rate within
+	// floodWindow floods: the proxy's queue is shared, and a client on a
+	// fast link outruns any handler, so a real request would be dropped
+	// with the flood. Its connections are closed and the key refused for
+	// floodWindow (unless admitted), as a controller does.
+	floodOver   = 20
+	floodWindow = time.Minute
 	// refusalLogEvery bounds the log lines about dropped requests.
 	refusalLogEvery = 10 * time.Second
 )
@@ -77,8 +84,12 @@ type enrollProxy struct {
 	inFlight          chan struct{}
 	strangersInFlight chan struct{}
 
+	// flooding, when set, is told of a key that floods.
+	flooding func(key string)
+
 	mu   sync.Mutex
 	keys map[string]*rate.Limiter
+	over map[string]*overRate
 
 	sub    *nats.Subscription
 	ctx    context.Context
@@ -100,6 +111,7 @@ func newEnrollProxy(site string, nc *nats.Conn, log *slog.Logger, ros *roster, t
 		inFlight:          make(chan struct{}, enrollInFlight),
 		strangersInFlight: make(chan struct{}, enrollStrangersInFlight),
 		keys:              map[string]*rate.Limiter{},
+		over:              map[string]*overRate{},
 		ctx:               ctx, cancel: cancel,
 	}
 }
@@ -221,6 +233,9 @@ func (p *enrollProxy) allow(key string) bool {
 	}
 	p.mu.Unlock()
 	if !lim.Allow() {
+		if p.flooded(key, time.Now()) && p.flooding != nil {
+			p.flooding(key)
+		}
 		return false
 	}
 	if p.roster.knows(key) {
@@ -230,6 +245,29 @@ func (p *enrollProxy) allow(key string) bool {
 		return false
 	}
 	return p.strangers.Allow()
+}
+
+// overRate counts a key's requests over its rate since a time.
+type overRate struct {
+	since time.Time
+	n     int
+}
+
+// flooded counts a request of key over its rate and reports whether the
+// key just reached floodOver within floodWindow.
+func (p *enrollProxy) flooded(key string, now time.Time) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	o := p.over[key]
+	if o == nil || now.Sub(o.since) > floodWindow {
+		if len(p.over) >= enrollKeysTracked {
+			clear(p.over)
+		}
+		o = &overRate{since: now}
+		p.over[key] = o
+	}
+	o.n++
+	return o.n == floodOver
 }
 
 // ownInbox reports whether reply lies in the inbox of key: only the holder

@@ -187,6 +187,7 @@ func (r *Relay) Start(ctx context.Context) error {
 	r.nc = nc
 	r.proxy = newEnrollProxy(r.cred.site, nc, r.log, r.ros, r.cfg.EnrollTimeout, r.refreshNow)
 	r.proxy.sources = r.auth.sources
+	r.proxy.flooding = r.auth.cutOff
 	if err := r.proxy.start(); err != nil {
 		nc.Close()
 		ns.Shutdown()
