@@ -2,12 +2,17 @@ package relay_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"github.com/gridfleet/terraform-provider-grid/controller"
+	"github.com/gridfleet/terraform-provider-grid/internal/compose/fleet"
+	"github.com/gridfleet/terraform-provider-grid/internal/compose/fleet/fleettest"
 	"github.com/gridfleet/terraform-provider-grid/internal/testwait"
 	"github.com/nats-io/nats.go"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -261,5 +266,68 @@ func TestAttackWireSpeedFloodIsCutOff(t *testing.T) {
 	req, _ := json.Marshal(api.EnrollRequest{NodeID: "k1"})
 	if _, err := c.nc.Request(api.EnrollSubject(known.pub), req, 5*time.Second); err != nil {
 		t.Fatalf("a known agent's request after a flood: %v", err)
+	}
+}
+
+// The hub closes a leaf connection that asks for interest it may not
+// have (a literal subject outside its rights), and the relay then waits
+// 30s before linking again: a stranger at the site subscribing to literal
+// subjects of its own inbox, in a queue group or not, must not have the
+// relay ask for them, or one stranger would cut the whole site off.
+func TestAttackStrangersSubscriptionsDoNotCutTheLink(t *testing.T) {
+	f := fleettest.Start(t, fleet.Options{Agents: 0, Controller: func(c *controller.Config) {
+		c.LeafAddr = "127.0.0.1:0"
+	}})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cred, err := f.Client().CreateSite(ctx, api.SiteCreateRequest{Name: site})
+	if err != nil {
+		t.Fatalf("create site: %v", err)
+	}
+	r := startRelay(t, &cred, "")
+	testwait.Until(t, 30*time.Second, 20*time.Millisecond, "the relay's link to the hub", r.LeafConnected)
+	if err := r.RefreshRoster(ctx); err != nil {
+		t.Fatalf("roster from the hub: %v", err)
+	}
+	links := func() []uint64 {
+		lz, err := f.Controller.NATSServer().Leafz(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []uint64
+		for _, l := range lz.Leafs {
+			ids = append(ids, l.ID)
+		}
+		return ids
+	}
+	before := links()
+
+	s := newKey(t)
+	c := mustConnect(t, r, &testPKI{caFile: f.CAFile()}, s, api.EnrollConnName+"s1")
+	inbox := api.AgentInboxPrefix(s.pub)
+	for _, sub := range []struct{ subject, queue string }{
+		{inbox + ".x", ""},
+		{inbox + ".x", "grid-intake"},
+		{inbox + ".>", "grid-site"},
+		{inbox + ".*", ""},
+	} {
+		var err error
+		if sub.queue == "" {
+			_, err = c.nc.SubscribeSync(sub.subject)
+		} else {
+			_, err = c.nc.QueueSubscribeSync(sub.subject, sub.queue)
+		}
+		if err != nil || c.refused(t, sub.subject) {
+			t.Fatalf("subscribe %s %s in its own inbox: %v %v", sub.subject, sub.queue, err, c.nc.LastError())
+		}
+	}
+	// The relay's interest goes out before its roster request, on the
+	// same link: had the hub closed the link for it, the request would
+	// go unanswered.
+	if err := r.RefreshRoster(ctx); err != nil {
+		t.Fatalf("roster after a stranger's subscriptions: %v", err)
+	}
+	if after := links(); !slices.Equal(before, after) || !r.LeafConnected() {
+		t.Fatalf("the site's link changed with a stranger's subscriptions: %v, then %v", before, after)
 	}
 }
