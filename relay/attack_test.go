@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"github.com/gridfleet/terraform-provider-grid/controller"
 	"github.com/gridfleet/terraform-provider-grid/internal/compose/fleet"
 	"github.com/gridfleet/terraform-provider-grid/internal/compose/fleet/fleettest"
@@ -13,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -329,5 +331,27 @@ func TestAttackStrangersSubscriptionsDoNotCutTheLink(t *testing.T) {
 	}
 	if after := links(); !slices.Equal(before, after) || !r.LeafConnected() {
 		t.Fatalf("the site's link changed with a stranger's subscriptions: %v, then %v", before, after)
+	}
+}
+
+// A stranger holds subscriptions in its own inbox as many as it likes:
+// each costs the relay's memory, so one connection could take the relay
+// down. An agent needs a few dozen; the relay caps them.
+func TestAttackStrangerCannotHoldUnboundedSubscriptions(t *testing.T) {
+	p := newPKI(t)
+	h := startHub(t, p)
+	r := startRelay(t, credential(t, p, h.leafURL()), "")
+	s := newKey(t)
+	c := mustConnect(t, r, p, s, api.EnrollConnName+"s1")
+	for i := range 20000 {
+		if _, err := c.nc.SubscribeSync(fmt.Sprintf("%s.%d", api.AgentInboxPrefix(s.pub), i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.nc.LastError(); err == nil || !strings.Contains(strings.ToLower(err.Error()), "maximum subscriptions") {
+		t.Fatalf("20000 subscriptions of one connection taken (last error %v)", err)
 	}
 }

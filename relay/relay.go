@@ -51,6 +51,14 @@ type Relay struct {
 	closeOnce sync.Once
 }
 
+// maxSubs caps the subscriptions of one connection: each costs the
+// relay's memory, and an agent holds a few dozen (its commands, groups,
+// cancellations and inbox), so without a cap one stranger could take the
+// relay down. It counts the link's too (the hub's interest in what the
+// site sends, a handful of wildcard subjects per controller), hence the
+// margin.
+const maxSubs = 10000
+
 // New checks the config, loads the credential and prepares the server;
 // Start runs it.
 func New(cfg Config) (*Relay, error) {
@@ -86,6 +94,7 @@ func New(cfg Config) (*Relay, error) {
 		NoSigs:     true,
 		NoLog:      !cfg.Debug,
 		MaxPayload: 8 << 20,
+		MaxSubs:    maxSubs,
 	}
 	for _, step := range []func() error{r.setupListen, r.setupTLS, r.setupAuth, r.setupLeaf} {
 		if err := step(); err != nil {
