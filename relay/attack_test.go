@@ -219,6 +219,19 @@ func connectFrom(t *testing.T, r *relay.Relay, p *testPKI, k key, name string, i
 // the flooders' connections are closed, their keys refused for a while,
 // and the known agent is answered.
 func TestAttackWireSpeedFloodIsCutOff(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		size int
+	}{
+		{"requests of the largest size read", 4 << 10},
+		// Too large to read, but each still takes the proxy's queue.
+		{"requests too large to read", 64 << 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) { wireSpeedFlood(t, tc.size) })
+	}
+}
+
+func wireSpeedFlood(t *testing.T, size int) {
 	p := newPKI(t)
 	h := startHub(t, p)
 	known := newKey(t)
@@ -226,7 +239,7 @@ func TestAttackWireSpeedFloodIsCutOff(t *testing.T) {
 	r := startRelay(t, credential(t, p, h.leafURL()), "")
 	waitLinked(t, r)
 
-	big := bytes.Repeat([]byte{'x'}, 4<<10)
+	big := bytes.Repeat([]byte{'x'}, size)
 	var wg sync.WaitGroup
 	flooders := make([]key, 4)
 	conns := make([]*nats.Conn, len(flooders))

@@ -89,7 +89,7 @@ type enrollProxy struct {
 
 	mu   sync.Mutex
 	keys map[string]*rate.Limiter
-	over map[string]*overRate
+	over map[string]*overCount
 
 	sub    *nats.Subscription
 	ctx    context.Context
@@ -111,7 +111,7 @@ func newEnrollProxy(site string, nc *nats.Conn, log *slog.Logger, ros *roster, t
 		inFlight:          make(chan struct{}, enrollInFlight),
 		strangersInFlight: make(chan struct{}, enrollStrangersInFlight),
 		keys:              map[string]*rate.Limiter{},
-		over:              map[string]*overRate{},
+		over:              map[string]*overCount{},
 		ctx:               ctx, cancel: cancel,
 	}
 }
@@ -151,6 +151,10 @@ func (p *enrollProxy) handle(m *nats.Msg) {
 		p.drop("not a key's subject", m)
 		return
 	case len(m.Data) > maxEnrollRequest:
+		// No agent sends one: it counts towards the key's flood as a
+		// request over its rate would (a flood of them takes the queue
+		// as much as any).
+		p.overRate(key)
 		p.drop("too large", m)
 		return
 	case !p.allow(key):
@@ -233,9 +237,7 @@ func (p *enrollProxy) allow(key string) bool {
 	}
 	p.mu.Unlock()
 	if !lim.Allow() {
-		if p.flooded(key, time.Now()) && p.flooding != nil {
-			p.flooding(key)
-		}
+		p.overRate(key)
 		return false
 	}
 	if p.roster.knows(key) {
@@ -247,8 +249,16 @@ func (p *enrollProxy) allow(key string) bool {
 	return p.strangers.Allow()
 }
 
-// overRate counts a key's requests over its rate since a time.
-type overRate struct {
+// overRate counts a request of key over its rate, and tells of the key
+// when it floods.
+func (p *enrollProxy) overRate(key string) {
+	if p.flooded(key, time.Now()) && p.flooding != nil {
+		p.flooding(key)
+	}
+}
+
+// overCount counts a key's requests over its rate since a time.
+type overCount struct {
 	since time.Time
 	n     int
 }
@@ -263,7 +273,7 @@ func (p *enrollProxy) flooded(key string, now time.Time) bool {
 		if len(p.over) >= enrollKeysTracked {
 			clear(p.over)
 		}
-		o = &overRate{since: now}
+		o = &overCount{since: now}
 		p.over[key] = o
 	}
 	o.n++
