@@ -10,6 +10,7 @@ import (
 	"github.com/gridfleet/terraform-provider-grid/internal/compose/fleet/fleettest"
 	"github.com/gridfleet/terraform-provider-grid/internal/testwait"
 	"github.com/nats-io/nats.go"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -367,4 +368,72 @@ func TestAttackStrangerCannotHoldUnboundedSubscriptions(t *testing.T) {
 	if err := c.nc.LastError(); err == nil || !strings.Contains(strings.ToLower(err.Error()), "maximum subscriptions") {
 		t.Fatalf("20000 subscriptions of one connection taken (last error %v)", err)
 	}
+}
+
+// Whoever reads the relay's logs (at debug level) learns neither the
+// site's seed nor an agent's join token, whatever agents send: requests
+// passed on, dropped, flooding, a link up and a roster saved.
+func TestAttackLogsHoldNoSecret(t *testing.T) {
+	p := newPKI(t)
+	h := startHub(t, p)
+	cred := credential(t, p, h.leafURL())
+	var logs syncBuffer
+	cfg := relay.DefaultConfig()
+	cfg.Credential, cfg.Listen, cfg.DataDir = cred, "127.0.0.1:0", t.TempDir()
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	r, err := relay.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	waitLinked(t, r)
+
+	const token = "gridjoin_web.s3cr3t-join-token-value"
+	s := newKey(t)
+	c := mustConnect(t, r, p, s, api.EnrollConnName+"s1")
+	body, _ := json.Marshal(api.EnrollRequest{NodeID: "s1", Token: token})
+	if _, err := c.nc.Request(api.EnrollSubject(s.pub), body, 10*time.Second); err != nil {
+		t.Fatalf("enrollment through the relay: %v", err)
+	}
+	// Dropped: another inbox, too large, then a flood that is cut off.
+	_ = c.nc.PublishRequest(api.EnrollSubject(s.pub), "_INBOX.elsewhere.x", body)
+	_ = c.nc.PublishRequest(api.EnrollSubject(s.pub), api.AgentInboxPrefix(s.pub)+".x", append(bytes.Repeat([]byte(" "), 8<<10), body...))
+	for !c.nc.IsClosed() {
+		if err := c.nc.PublishRequest(api.EnrollSubject(s.pub), api.AgentInboxPrefix(s.pub)+".x", body); err != nil {
+			break
+		}
+	}
+	testwait.Until(t, 20*time.Second, 20*time.Millisecond, "the flooder cut off", c.nc.IsClosed)
+	r.Close()
+
+	out := logs.String()
+	if !strings.Contains(out, "flooding") {
+		t.Fatalf("the logs do not show the flood (the test saw nothing worth hiding):\n%s", out)
+	}
+	for what, secret := range map[string]string{"the site's seed": cred.Seed, "a join token": "s3cr3t-join-token-value", "the relay's key": cred.Key} {
+		if strings.Contains(out, secret) {
+			t.Errorf("the logs hold %s", what)
+		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the relay's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
