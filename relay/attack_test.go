@@ -14,6 +14,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -436,4 +437,52 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// The credential holds the site's seed: a relay whose credential file
+// every user of its host may read (or anyone but its owner may replace,
+// pointing the relay to a hub and CA of their own) refuses to start,
+// saying what to do, rather than serve with a key others hold.
+func TestAttackCredentialFileOthersCanReadIsRefused(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("file modes say nothing of access on Windows")
+	}
+	p := newPKI(t)
+	cred := credential(t, p, "tls://127.0.0.1:1")
+	b, err := json.Marshal(cred)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		mode os.FileMode
+		ok   bool
+	}{
+		{0o600, true},
+		{0o640, true},
+		{0o644, false},
+		{0o660, false},
+		{0o606, false},
+	} {
+		t.Run(tc.mode.String(), func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "paris.site.json")
+			if err := os.WriteFile(path, b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(path, tc.mode); err != nil {
+				t.Fatal(err)
+			}
+			cfg := relay.DefaultConfig()
+			cfg.CredentialFile, cfg.Listen = path, "127.0.0.1:0"
+			r, err := relay.New(cfg)
+			switch {
+			case tc.ok && err != nil:
+				t.Fatalf("mode %v refused: %v", tc.mode, err)
+			case !tc.ok && err == nil:
+				t.Fatalf("a credential file of mode %v taken", tc.mode)
+			case !tc.ok && !strings.Contains(err.Error(), "chmod 600"):
+				t.Fatalf("error %v does not say what to do", err)
+			}
+			_ = r
+		})
+	}
 }
