@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -483,6 +484,56 @@ func TestAttackCredentialFileOthersCanReadIsRefused(t *testing.T) {
 				t.Fatalf("error %v does not say what to do", err)
 			}
 			_ = r
+		})
+	}
+}
+
+// Whoever can write the data dir replaces the roster cache with something
+// that is not a file: a FIFO (reading it waits forever) or a link to an
+// endless device (reading it takes all memory). The relay must start all
+// the same, without the cache.
+func TestAttackRosterCacheThatIsNoFileDoesNotWedgeTheRelay(t *testing.T) {
+	mkfifo, err := exec.LookPath("mkfifo")
+	if err != nil {
+		t.Skip("no mkfifo here")
+	}
+	p := newPKI(t)
+	cred := credential(t, p, "tls://127.0.0.1:1")
+	for _, tc := range []struct {
+		name string
+		make func(t *testing.T, path string)
+	}{
+		{"a FIFO", func(t *testing.T, path string) {
+			if out, err := exec.Command(mkfifo, path).CombinedOutput(); err != nil {
+				t.Fatalf("mkfifo: %v %s", err, out)
+			}
+		}},
+		{"a link to /dev/zero", func(t *testing.T, path string) {
+			if err := os.Symlink("/dev/zero", path); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			tc.make(t, filepath.Join(dir, relay.RosterFile))
+			cfg := relay.DefaultConfig()
+			cfg.Credential, cfg.Listen, cfg.DataDir = cred, "127.0.0.1:0", dir
+			r, err := relay.New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			started := make(chan error, 1)
+			go func() { started <- r.Start(context.Background()) }()
+			select {
+			case err := <-started:
+				if err != nil {
+					t.Fatalf("start: %v", err)
+				}
+				r.Close()
+			case <-time.After(20 * time.Second):
+				t.Fatal("the relay did not start with a roster cache that is not a file")
+			}
 		})
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -216,7 +217,7 @@ func (c rosterCache) load(site string) (api.SiteRoster, bool, error) {
 	if c.dir == "" {
 		return api.SiteRoster{}, false, nil
 	}
-	b, err := os.ReadFile(c.path())
+	b, err := c.read()
 	if errors.Is(err, os.ErrNotExist) {
 		return api.SiteRoster{}, false, nil
 	}
@@ -239,6 +240,40 @@ func (c rosterCache) load(site string) (api.SiteRoster, bool, error) {
 		return api.SiteRoster{}, false, fmt.Errorf("roster cache %s is site %q's, not %q: remove it or use another data dir", c.path(), sr.Site, site)
 	}
 	return sr, true, nil
+}
+
+// maxRosterCache bounds the cache read: a roster comes in one message of
+// the hub (at most its 8 MiB payload).
+const maxRosterCache = 16 << 20
+
+// read reads the cache file, which must be a regular file of at most
+// maxRosterCache bytes: whoever can write the data dir could otherwise
+// put a FIFO there (the read would wait forever) or a link to an endless
+// device (it would take all memory), and the relay would never start.
+func (c rosterCache) read() ([]byte, error) {
+	fi, err := os.Lstat(c.path())
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file (%v): not used; remove it", c.path(), fi.Mode().Type())
+	}
+	f, err := os.Open(c.path())
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err != nil || !os.SameFile(fi, st) {
+		return nil, fmt.Errorf("%s changed while opened: not used", c.path())
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxRosterCache+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxRosterCache {
+		return nil, fmt.Errorf("%s is larger than any roster (%d bytes at most): not used; remove it", c.path(), maxRosterCache)
+	}
+	return b, nil
 }
 
 // save writes the roster (mode 0600: it names every key of the site)
