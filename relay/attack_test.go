@@ -537,3 +537,86 @@ func TestAttackRosterCacheThatIsNoFileDoesNotWedgeTheRelay(t *testing.T) {
 		})
 	}
 }
+
+// An admitted agent of the site sends its heartbeat with a reply subject
+// of its choosing: the relay's inbox (where the roster and enrollment
+// answers come), another node's inbox. Nothing on the hub may write there
+// for it. (Two guards hold today: such a request does not reach the
+// intake across the link, and the intake answers only into the sender's
+// own inbox.)
+func TestAttackSiteAgentsReplySubjectsGetNoAnswerElsewhere(t *testing.T) {
+	f := fleettest.Start(t, fleet.Options{Agents: 0, Controller: func(c *controller.Config) {
+		c.LeafAddr = "127.0.0.1:0"
+	}})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cred, err := f.Client().CreateSite(ctx, api.SiteCreateRequest{Name: site})
+	if err != nil {
+		t.Fatalf("create site: %v", err)
+	}
+	r := startRelay(t, &cred, "")
+	testwait.Until(t, 30*time.Second, 20*time.Millisecond, "the relay's link to the hub", r.LeafConnected)
+	pk := &testPKI{caFile: f.CAFile()}
+	token := strings.TrimSpace(readFile(t, f.JoinTokenFile()))
+
+	// The agent enrolls with the join token, then connects for real.
+	a, other := newKey(t), newKey(t)
+	enr := mustConnect(t, r, pk, a, api.EnrollConnName+"s1")
+	body, _ := json.Marshal(api.EnrollRequest{NodeID: "s1", Token: token})
+	testwait.Until(t, 30*time.Second, 100*time.Millisecond, "the site's agent admitted", func() bool {
+		m, err := enr.nc.Request(api.EnrollSubject(a.pub), body, 5*time.Second)
+		var rep api.EnrollReply
+		return err == nil && json.Unmarshal(m.Data, &rep) == nil && rep.Status == api.EnrollAdmitted
+	})
+	enr.nc.Close()
+	var ag *agentConn
+	testwait.Until(t, 30*time.Second, 100*time.Millisecond, "the agent's rights at the relay", func() bool {
+		c, err := connectAgent(t, r, pk, a, "grid-agent s1")
+		if err != nil {
+			return false
+		}
+		if _, err := c.nc.SubscribeSync("cmd.node.s1.*.*"); err != nil || c.refused(t, "cmd.node.s1.*.*") {
+			c.nc.Close()
+			return false
+		}
+		ag = c
+		return true
+	})
+
+	// What the hub writes where the agent may not read, seen from the hub.
+	hub, err := nats.Connect(f.NATSURL(), f.NATSOptions()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hub.Close()
+	elsewhere := []string{api.SiteInboxPrefix(site) + ".x", api.AgentInboxPrefix(other.pub) + ".x"}
+	var subs []*nats.Subscription
+	for _, s := range elsewhere {
+		sub, err := hub.SubscribeSync(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		subs = append(subs, sub)
+	}
+	if err := hub.Flush(); err != nil {
+		t.Fatal(err)
+	}
+
+	hb, _ := json.Marshal(api.NodeInfo{ID: "s1", Hostname: "s1", Groups: []string{}})
+	for _, reply := range elsewhere {
+		if err := ag.nc.PublishRequest(api.NodeHeartbeatSubject("s1"), reply, hb); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The intake takes the heartbeats in order: once the one asking in
+	// the agent's own inbox is answered, the others were dropped.
+	testwait.Until(t, 30*time.Second, 100*time.Millisecond, "an answer in the agent's own inbox", func() bool {
+		_, err := ag.nc.Request(api.NodeHeartbeatSubject("s1"), hb, 5*time.Second)
+		return err == nil
+	})
+	for i, sub := range subs {
+		if m, err := sub.NextMsg(200 * time.Millisecond); err == nil {
+			t.Errorf("the hub answered into %s for the agent: %s", elsewhere[i], m.Data)
+		}
+	}
+}
