@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -258,12 +259,13 @@ func (c rosterCache) read() ([]byte, error) {
 	if !fi.Mode().IsRegular() {
 		return nil, fmt.Errorf("%s is not a regular file (%v): not used; remove it", c.path(), fi.Mode().Type())
 	}
-	f, err := os.Open(c.path())
+	// Without waiting, should a FIFO have taken the file's place since.
+	f, err := os.OpenFile(c.path(), os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	if st, err := f.Stat(); err != nil || !os.SameFile(fi, st) {
+	if st, err := f.Stat(); err != nil || !os.SameFile(fi, st) || !st.Mode().IsRegular() {
 		return nil, fmt.Errorf("%s changed while opened: not used", c.path())
 	}
 	b, err := io.ReadAll(io.LimitReader(f, maxRosterCache+1))
