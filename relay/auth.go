@@ -2,6 +2,7 @@ package relay
 
 import (
 	"log/slog"
+	"maps"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,6 +30,15 @@ type auth struct {
 
 	ns   atomic.Pointer[server.Server]
 	live liveConns
+	// cut holds the keys refused for flooding the enrollment proxy, until
+	// when.
+	cut struct {
+		mu    sync.Mutex
+		until map[string]time.Time
+	}
+	// sources learns the hosts of the keys given the enrollment rights,
+	// for the enrollment proxy's per-host budget.
+	sources *sources
 }
 
 // Check implements server.Authentication.
@@ -52,10 +62,16 @@ func (a *auth) Check(c server.ClientAuthentication) bool {
 		c.RegisterUser(&server.User{Username: "relay"})
 		return true
 	}
+	if a.isCut(key) {
+		if _, ok := a.roster.admitted(key); !ok {
+			return false
+		}
+	}
 	// The agent's enrollment connection only ever asks to be enrolled; it
 	// gets that alone, whatever its key's enrollment says, so that sparing
 	// it from the duplicate check gives a name nothing.
 	if strings.HasPrefix(c.GetOpts().Name, api.EnrollConnName) {
+		a.noteSource(key, c)
 		c.RegisterUser(&server.User{Username: "enrolling", Permissions: busperm.Enrollee(key)})
 		return true
 	}
@@ -68,8 +84,15 @@ func (a *auth) Check(c server.ClientAuthentication) bool {
 	}
 	// Unknown, pending or revoked: only the enrollment request, whose
 	// answer (from the hub) tells the agent where it stands.
+	a.noteSource(key, c)
 	c.RegisterUser(&server.User{Username: "enrolling", Permissions: busperm.Enrollee(key)})
 	return true
+}
+
+func (a *auth) noteSource(key string, c server.ClientAuthentication) {
+	if a.sources != nil {
+		a.sources.note(key, c.RemoteAddress())
+	}
 }
 
 // inProcess reports whether the connection was made inside this process
@@ -179,4 +202,36 @@ func (a *auth) disconnect(ch keyChange) {
 			a.log.Info("closed an agent connection whose rights changed with the roster", "key", ch.key, "cid", ci.Cid)
 		}
 	}
+}
+
+// cutOff closes the connections of a key that floods the enrollment proxy
+// and refuses it for floodWindow, unless it is admitted: an admitted
+// agent's questions pile up while it is disconnected, and it is never cut
+// off for asking too often (as on a controller).
+func (a *auth) cutOff(key string) {
+	if _, ok := a.roster.admitted(key); ok {
+		return
+	}
+	a.cut.mu.Lock()
+	if a.cut.until == nil || len(a.cut.until) >= enrollKeysTracked {
+		now := time.Now()
+		if a.cut.until == nil {
+			a.cut.until = map[string]time.Time{}
+		}
+		maps.DeleteFunc(a.cut.until, func(_ string, t time.Time) bool { return now.After(t) })
+		if len(a.cut.until) >= enrollKeysTracked {
+			clear(a.cut.until)
+		}
+	}
+	a.cut.until[key] = time.Now().Add(floodWindow)
+	a.cut.mu.Unlock()
+	a.log.Warn("closed the connections of a key flooding the enrollment proxy; refusing it for a while", "key", key, "for", floodWindow)
+	a.disconnect(keyChange{key: key})
+}
+
+func (a *auth) isCut(key string) bool {
+	a.cut.mu.Lock()
+	defer a.cut.mu.Unlock()
+	t, ok := a.cut.until[key]
+	return ok && time.Now().Before(t)
 }

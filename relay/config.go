@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -124,6 +125,24 @@ func parseHubURL(s string) (*url.URL, error) {
 	return u, nil
 }
 
+// checkCredentialMode refuses a credential file that users other than its
+// owner (and its group) may read, or anyone but its owner may change: it
+// holds the site's seed, and its CA and hub URLs decide which hub the
+// relay trusts. File modes say nothing of access on Windows.
+func checkCredentialMode(path string) error {
+	if runtime.GOOS == "windows" {
+		return nil
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("site credential: %w", err)
+	}
+	if m := fi.Mode().Perm(); m&0o026 != 0 {
+		return fmt.Errorf("site credential %s has mode %v: other users can read or change the site's key; chmod 600 it", path, m)
+	}
+	return nil
+}
+
 // credential is a checked site credential, ready to use.
 type credential struct {
 	site    string
@@ -142,6 +161,9 @@ func loadCredential(c Config) (*credential, error) {
 	if c.Credential != nil {
 		sc = *c.Credential
 	} else {
+		if err := checkCredentialMode(c.CredentialFile); err != nil {
+			return nil, err
+		}
 		b, err := os.ReadFile(c.CredentialFile)
 		if err != nil {
 			return nil, fmt.Errorf("site credential: %w", err)

@@ -35,11 +35,23 @@ const (
 	// enrollKeysTracked bounds the per-key limiters kept.
 	enrollKeysTracked = 10000
 	// enrollInFlight bounds the requests waiting for the hub at once.
-	enrollInFlight = 64
+	// Strangers have slots of their own: the hub leaves their requests
+	// unanswered past its own strangers' budget, and each then holds its
+	// slot until the timeout; in one pool they would take every slot the
+	// site's known agents need.
+	enrollInFlight          = 64
+	enrollStrangersInFlight = 16
 	// Past these the subscription drops requests rather than buffer a
 	// flood in the relay.
 	enrollPendingMsgs  = 1024
 	enrollPendingBytes = enrollPendingMsgs * maxEnrollRequest
+	// A key that sends floodOver requests over its rate within
+	// floodWindow floods: the proxy's queue is shared, and a client on a
+	// fast link outruns any handler, so a real request would be dropped
+	// with the flood. Its connections are closed and the key refused for
+	// floodWindow (unless admitted), as a controller does.
+	floodOver   = 20
+	floodWindow = time.Minute
 	// refusalLogEvery bounds the log lines about dropped requests.
 	refusalLogEvery = 10 * time.Second
 )
@@ -64,10 +76,20 @@ type enrollProxy struct {
 	admitted func(ctx context.Context)
 
 	strangers *rate.Limiter
-	inFlight  chan struct{}
+	// sources, when set, gives each host's strangers a share of their
+	// own before the shared budget.
+	sources *sources
+	// inFlight and strangersInFlight are the slots of known keys'
+	// requests and of strangers'.
+	inFlight          chan struct{}
+	strangersInFlight chan struct{}
+
+	// flooding, when set, is told of a key that floods.
+	flooding func(key string)
 
 	mu   sync.Mutex
 	keys map[string]*rate.Limiter
+	over map[string]*overCount
 
 	sub    *nats.Subscription
 	ctx    context.Context
@@ -85,10 +107,12 @@ func newEnrollProxy(site string, nc *nats.Conn, log *slog.Logger, ros *roster, t
 	ctx, cancel := context.WithCancel(context.Background())
 	return &enrollProxy{
 		site: site, nc: nc, log: log, roster: ros, timeout: timeout, admitted: admitted,
-		strangers: rate.NewLimiter(enrollStrangerRate, enrollStrangerBurst),
-		inFlight:  make(chan struct{}, enrollInFlight),
-		keys:      map[string]*rate.Limiter{},
-		ctx:       ctx, cancel: cancel,
+		strangers:         rate.NewLimiter(enrollStrangerRate, enrollStrangerBurst),
+		inFlight:          make(chan struct{}, enrollInFlight),
+		strangersInFlight: make(chan struct{}, enrollStrangersInFlight),
+		keys:              map[string]*rate.Limiter{},
+		over:              map[string]*overCount{},
+		ctx:               ctx, cancel: cancel,
 	}
 }
 
@@ -127,6 +151,10 @@ func (p *enrollProxy) handle(m *nats.Msg) {
 		p.drop("not a key's subject", m)
 		return
 	case len(m.Data) > maxEnrollRequest:
+		// No agent sends one: it counts towards the key's flood as a
+		// request over its rate would (a flood of them takes the queue
+		// as much as any).
+		p.overRate(key)
 		p.drop("too large", m)
 		return
 	case !p.allow(key):
@@ -138,13 +166,17 @@ func (p *enrollProxy) handle(m *nats.Msg) {
 		p.drop("reply subject is not the sender's own inbox", m)
 		return
 	}
+	slots := p.inFlight
+	if !p.roster.knows(key) {
+		slots = p.strangersInFlight
+	}
 	p.runMu.Lock()
 	defer p.runMu.Unlock()
 	if p.stopped {
 		return
 	}
 	select {
-	case p.inFlight <- struct{}{}:
+	case slots <- struct{}{}:
 	default:
 		p.drop("too many requests waiting for the hub", m)
 		return
@@ -152,7 +184,7 @@ func (p *enrollProxy) handle(m *nats.Msg) {
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
-		defer func() { <-p.inFlight }()
+		defer func() { <-slots }()
 		p.forward(key, m.Data, m.Reply)
 	}()
 }
@@ -190,7 +222,7 @@ func (p *enrollProxy) forward(key string, body []byte, reply string) {
 }
 
 // allow applies the per-key rate, and for keys the roster does not know
-// the strangers' shared budget.
+// their host's share and the strangers' shared budget.
 func (p *enrollProxy) allow(key string) bool {
 	p.mu.Lock()
 	lim, ok := p.keys[key]
@@ -205,9 +237,47 @@ func (p *enrollProxy) allow(key string) bool {
 	}
 	p.mu.Unlock()
 	if !lim.Allow() {
+		p.overRate(key)
 		return false
 	}
-	return p.roster.knows(key) || p.strangers.Allow()
+	if p.roster.knows(key) {
+		return true
+	}
+	if p.sources != nil && !p.sources.allow(key) {
+		return false
+	}
+	return p.strangers.Allow()
+}
+
+// overRate counts a request of key over its rate, and tells of the key
+// when it floods.
+func (p *enrollProxy) overRate(key string) {
+	if p.flooded(key, time.Now()) && p.flooding != nil {
+		p.flooding(key)
+	}
+}
+
+// overCount counts a key's requests over its rate since a time.
+type overCount struct {
+	since time.Time
+	n     int
+}
+
+// flooded counts a request of key over its rate and reports whether the
+// key just reached floodOver within floodWindow.
+func (p *enrollProxy) flooded(key string, now time.Time) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	o := p.over[key]
+	if o == nil || now.Sub(o.since) > floodWindow {
+		if len(p.over) >= enrollKeysTracked {
+			clear(p.over)
+		}
+		o = &overCount{since: now}
+		p.over[key] = o
+	}
+	o.n++
+	return o.n == floodOver
 }
 
 // ownInbox reports whether reply lies in the inbox of key: only the holder

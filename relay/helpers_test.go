@@ -81,6 +81,9 @@ type hub struct {
 	requests []siteRequest
 	// answer decides the answer to an enrollment request.
 	answer func(key string, req api.EnrollRequest) api.EnrollReply
+	// silent, when set, picks the requests left unanswered (as a hub
+	// drops strangers over its budget).
+	silent func(key string) bool
 	// rosterAsks counts roster requests.
 	rosterAsks int
 }
@@ -136,8 +139,11 @@ func startHub(t *testing.T, p *testPKI) *hub {
 		_ = json.Unmarshal(m.Data, &req)
 		h.mu.Lock()
 		h.requests = append(h.requests, siteRequest{key: key, reply: m.Reply, body: m.Data})
-		answer := h.answer
+		answer, silent := h.answer, h.silent
 		h.mu.Unlock()
+		if silent != nil && silent(key) {
+			return
+		}
 		b, _ := json.Marshal(answer(key, req))
 		_ = m.Respond(b)
 	}); err != nil {

@@ -51,6 +51,14 @@ type Relay struct {
 	closeOnce sync.Once
 }
 
+// maxSubs caps the subscriptions of one connection: each costs the
+// relay's memory, and an agent holds a few dozen (its commands, groups,
+// cancellations and inbox), so without a cap one stranger could take the
+// relay down. It counts the link's too (the hub's interest in what the
+// site sends, a handful of wildcard subjects per controller), hence the
+// margin.
+const maxSubs = 10000
+
 // New checks the config, loads the credential and prepares the server;
 // Start runs it.
 func New(cfg Config) (*Relay, error) {
@@ -77,15 +85,16 @@ func New(cfg Config) (*Relay, error) {
 	if err != nil {
 		return nil, fmt.Errorf("relay key: %w", err)
 	}
-	r := &Relay{cfg: cfg, log: log, cred: cred, self: self, cache: rosterCache{dir: cfg.DataDir},
+	r := &Relay{cfg: cfg, log: log, cred: cred, self: self, cache: rosterCache{dir: cfg.DataDir, key: cacheKey(cred.seed)},
 		kick: make(chan struct{}, 1)}
 	r.ros = newRoster(cred.site, log)
-	r.auth = &auth{log: log, roster: r.ros, selfKey: selfKey}
+	r.auth = &auth{log: log, roster: r.ros, selfKey: selfKey, sources: &sources{}}
 	r.opts = &server.Options{
 		ServerName: "grid-relay-" + cred.site,
 		NoSigs:     true,
 		NoLog:      !cfg.Debug,
 		MaxPayload: 8 << 20,
+		MaxSubs:    maxSubs,
 	}
 	for _, step := range []func() error{r.setupListen, r.setupTLS, r.setupAuth, r.setupLeaf} {
 		if err := step(); err != nil {
@@ -193,6 +202,8 @@ func (r *Relay) Start(ctx context.Context) error {
 	}
 	r.nc = nc
 	r.proxy = newEnrollProxy(r.cred.site, nc, r.log, r.ros, r.cfg.EnrollTimeout, r.refreshNow)
+	r.proxy.sources = r.auth.sources
+	r.proxy.flooding = r.auth.cutOff
 	if err := r.proxy.start(); err != nil {
 		nc.Close()
 		ns.Shutdown()

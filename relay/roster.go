@@ -2,14 +2,18 @@ package relay
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -177,8 +181,35 @@ func (r *roster) valid(e api.Enrollment) error {
 }
 
 // rosterCache keeps the last roster the hub sent in the data dir; a
-// zero dir keeps nothing.
-type rosterCache struct{ dir string }
+// zero dir keeps nothing. The file carries a MAC keyed from the site's
+// seed: whoever can write the data dir but not read the credential could
+// otherwise admit keys of their own, as any node of the site, on the
+// relay's next start.
+type rosterCache struct {
+	dir string
+	key []byte
+}
+
+// cacheKey is the roster cache's MAC key, derived from the site's seed so
+// that it is on no disk of its own.
+func cacheKey(seed string) []byte {
+	m := hmac.New(sha256.New, []byte(seed))
+	m.Write([]byte("grid relay roster cache"))
+	return m.Sum(nil)
+}
+
+// cachedRoster is the cache file: the roster as the relay wrote it and
+// its MAC.
+type cachedRoster struct {
+	Roster json.RawMessage `json:"roster"`
+	MAC    []byte          `json:"mac"`
+}
+
+func (c rosterCache) mac(b []byte) []byte {
+	m := hmac.New(sha256.New, c.key)
+	m.Write(b)
+	return m.Sum(nil)
+}
 
 func (c rosterCache) path() string { return filepath.Join(c.dir, RosterFile) }
 
@@ -187,15 +218,23 @@ func (c rosterCache) load(site string) (api.SiteRoster, bool, error) {
 	if c.dir == "" {
 		return api.SiteRoster{}, false, nil
 	}
-	b, err := os.ReadFile(c.path())
+	b, err := c.read()
 	if errors.Is(err, os.ErrNotExist) {
 		return api.SiteRoster{}, false, nil
 	}
 	if err != nil {
 		return api.SiteRoster{}, false, fmt.Errorf("roster cache: %w", err)
 	}
+	var cr cachedRoster
+	if err := json.Unmarshal(b, &cr); err != nil {
+		return api.SiteRoster{}, false, fmt.Errorf("roster cache %s: %w", c.path(), err)
+	}
+	if !hmac.Equal(cr.MAC, c.mac(cr.Roster)) {
+		return api.SiteRoster{}, false, fmt.Errorf("roster cache %s was not written by this site's relay (or was changed since): "+
+			"not used; the relay waits for the hub's roster and replaces it", c.path())
+	}
 	var sr api.SiteRoster
-	if err := json.Unmarshal(b, &sr); err != nil {
+	if err := json.Unmarshal(cr.Roster, &sr); err != nil {
 		return api.SiteRoster{}, false, fmt.Errorf("roster cache %s: %w", c.path(), err)
 	}
 	if sr.Site != site {
@@ -204,13 +243,52 @@ func (c rosterCache) load(site string) (api.SiteRoster, bool, error) {
 	return sr, true, nil
 }
 
+// maxRosterCache bounds the cache read: a roster comes in one message of
+// the hub (at most its 8 MiB payload).
+const maxRosterCache = 16 << 20
+
+// read reads the cache file, which must be a regular file of at most
+// maxRosterCache bytes: whoever can write the data dir could otherwise
+// put a FIFO there (the read would wait forever) or a link to an endless
+// device (it would take all memory), and the relay would never start.
+func (c rosterCache) read() ([]byte, error) {
+	fi, err := os.Lstat(c.path())
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file (%v): not used; remove it", c.path(), fi.Mode().Type())
+	}
+	// Without waiting, should a FIFO have taken the file's place since.
+	f, err := os.OpenFile(c.path(), os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err != nil || !os.SameFile(fi, st) || !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s changed while opened: not used", c.path())
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxRosterCache+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxRosterCache {
+		return nil, fmt.Errorf("%s is larger than any roster (%d bytes at most): not used; remove it", c.path(), maxRosterCache)
+	}
+	return b, nil
+}
+
 // save writes the roster (mode 0600: it names every key of the site)
 // through a temporary file, so a crash leaves the old one or the new one.
 func (c rosterCache) save(sr api.SiteRoster) error {
 	if c.dir == "" {
 		return nil
 	}
-	b, err := json.Marshal(sr)
+	raw, err := json.Marshal(sr)
+	if err != nil {
+		return err
+	}
+	b, err := json.Marshal(cachedRoster{Roster: raw, MAC: c.mac(raw)})
 	if err != nil {
 		return err
 	}
