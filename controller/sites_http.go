@@ -200,8 +200,8 @@ func (c *Controller) handleRevokeSite(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, s)
 }
 
-// validHostName reports whether h can be named in a certificate: an IP
-// address or a DNS name.
+// validHostName reports whether h can be named in a relay's certificate:
+// an IP address or a DNS name without wildcards.
 func validHostName(h string) bool {
 	if net.ParseIP(h) != nil {
 		return true
@@ -210,7 +210,9 @@ func validHostName(h string) bool {
 		return false
 	}
 	for _, r := range h {
-		if !(r == '.' || r == '-' || r == '*' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
+		// No wildcard: a relay's certificate for *.example.com would
+		// cover the controllers' names too.
+		if !(r == '.' || r == '-' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
 			return false
 		}
 	}

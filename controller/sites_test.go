@@ -434,3 +434,27 @@ func TestSiteProgressCrossesTheLink(t *testing.T) {
 		}
 	})
 }
+
+// A site's relay certificate names what the admin asked for, and never a
+// wildcard (which could cover the controllers' own names).
+func TestSiteCreateRefusesBadHosts(t *testing.T) {
+	f := startSiteFleet(t)
+	ctx := context.Background()
+	for _, h := range []string{"*.example.com", "relay example", "", "relay/x"} {
+		if _, err := f.Client().CreateSite(ctx, api.SiteCreateRequest{Name: "s1", Hosts: []string{h}}); err == nil ||
+			!strings.Contains(err.Error(), "DNS name") {
+			t.Errorf("host %q: %v, want a refusal naming DNS names", h, err)
+		}
+	}
+	for _, name := range []string{"default", "a.b", "", "x y"} {
+		if _, err := f.Client().CreateSite(ctx, api.SiteCreateRequest{Name: name}); err == nil {
+			t.Errorf("site name %q was accepted", name)
+		}
+	}
+	if _, err := f.Client().CreateSite(ctx, api.SiteCreateRequest{Name: "s1", Hosts: []string{"relay.example.com", "10.0.0.7"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Client().CreateSite(ctx, api.SiteCreateRequest{Name: "s1"}); err == nil || !strings.Contains(err.Error(), "exists") {
+		t.Errorf("a second site s1: %v", err)
+	}
+}
