@@ -703,9 +703,6 @@ func (a *Agent) skipBroadcast(cmd *api.Command) string {
 	if slices.Contains(cmd.Exclude, a.id) {
 		return "excluded"
 	}
-	if cmd.Site != "" && cmd.Site != api.SiteOf(a.site) {
-		return "for another site's nodes"
-	}
 	// Between subscribing and registering no controller can have resolved
 	// this session into a target.
 	if a.info.OnlineSince.IsZero() {

@@ -343,10 +343,6 @@ type Command struct {
 	// SensitiveValue for them), each sealed for the one node the command
 	// goes to; see SealContext.
 	Sealed map[string]string `json:"sealed,omitempty"`
-	// Site, on a broadcast to a group of one site (group:web@paris, sent
-	// on the group's subject), tells agents of other sites in the group
-	// not to run it.
-	Site string `json:"site,omitempty"`
 }
 
 // SealContext binds a sealed param value to its job, step, node and param,
