@@ -315,3 +315,12 @@ func TestConfigValidate(t *testing.T) {
 		})
 	}
 }
+
+// Two starts of one site's relay take different server names, which
+// another site cannot guess to take first.
+func TestServerNameIsNotGuessable(t *testing.T) {
+	a, b := serverName("paris"), serverName("paris")
+	if a == b || !strings.HasPrefix(a, "grid-relay-paris-") || len(a) != len("grid-relay-paris-")+12 {
+		t.Fatalf("server names %q and %q", a, b)
+	}
+}

@@ -8,6 +8,7 @@ package relay
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -24,6 +25,15 @@ import (
 	"github.com/gridfleet/terraform-provider-grid/api"
 	"github.com/gridfleet/terraform-provider-grid/internal/config"
 )
+
+// serverName names the relay's server to the hub: the site, for people
+// reading the hub's leaf list, and a random part, since the hub refuses a
+// leaf whose name another site's relay holds: a name another site could
+// guess, it could take first while this relay is cut off and so keep it
+// out.
+func serverName(site string) string {
+	return "grid-relay-" + site + "-" + rand.Text()[:12]
+}
 
 // Relay is a site's relay.
 type Relay struct {
@@ -90,7 +100,7 @@ func New(cfg Config) (*Relay, error) {
 	r.ros = newRoster(cred.site, log)
 	r.auth = &auth{log: log, roster: r.ros, selfKey: selfKey, sources: &sources{}}
 	r.opts = &server.Options{
-		ServerName: "grid-relay-" + cred.site,
+		ServerName: serverName(cred.site),
 		NoSigs:     true,
 		NoLog:      !cfg.Debug,
 		MaxPayload: 8 << 20,
