@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -32,7 +33,17 @@ import (
 // guess, it could take first while this relay is cut off and so keep it
 // out.
 func serverName(site string) string {
-	return "grid-relay-" + site + "-" + rand.Text()[:12]
+	return "grid-relay-" + site + "-" + rand.Text()[:serverNameRandom]
+}
+
+// serverNameRandom is the length of a server name's random part.
+const serverNameRandom = 12
+
+// IsServerOf reports whether a leaf connection's server name (the hub's
+// Leafz) is that of a relay of site.
+func IsServerOf(name, site string) bool {
+	prefix := "grid-relay-" + site + "-"
+	return len(name) == len(prefix)+serverNameRandom && strings.HasPrefix(name, prefix)
 }
 
 // Relay is a site's relay.

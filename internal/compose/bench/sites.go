@@ -24,10 +24,6 @@ type Site struct {
 	URL string
 }
 
-// relayServerName is the server name a site's relay gives its embedded
-// server, which the hub's Leafz shows for the relay's leaf connection.
-func relayServerName(site string) string { return "grid-relay-" + site }
-
 // StartSites creates n sites through the API and runs a relay for each —
 // a process (this binary's "grid site relay", from the credential written
 // to the bench's data dir), or with inProcess a relay.Relay in this
@@ -161,7 +157,7 @@ func (e *Env) linkOf(site string) (LinkCounters, bool) {
 		return LinkCounters{}, false
 	}
 	for _, l := range lz.Leafs {
-		if l.Name == relayServerName(site) {
+		if relay.IsServerOf(l.Name, site) {
 			return LinkCounters{ID: l.ID, InMsgs: l.InMsgs, OutMsgs: l.OutMsgs, InBytes: l.InBytes, OutBytes: l.OutBytes}, true
 		}
 	}
