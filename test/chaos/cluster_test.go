@@ -267,6 +267,7 @@ var idleStreams = map[string]bool{api.BucketTokens: true, api.BucketKeys: true, 
 	api.BucketRateLimits:  true, // rate_limits: written only when a limited task starts
 	api.BucketSchedules:   true, // schedules: written only when a schedule changes or fires
 	api.BucketJoinTokens:  true, // join_tokens: written only by grid join-token and enrollments with a scoped token
+	api.BucketSites:       true, // sites: written only by grid site create and revoke
 	api.StreamDeadLetters: true} // dlq: written only when a request is dead-lettered
 
 // checkStreams checks, through a controller's GET /status, that every
