@@ -45,7 +45,7 @@ func TestSoakReport(t *testing.T) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
 	}
-	if f := strings.Fields(lines[4]); len(f) != 16 || f[0] != "2.00" || f[1] != "59" || f[2] != "1" || f[3] != "2" || f[6] != "121.0" {
+	if f := strings.Fields(lines[4]); len(f) != 19 || f[0] != "2.00" || f[1] != "59" || f[2] != "1" || f[3] != "2" || f[6] != "121.0" {
 		t.Errorf("last sample's row: %q", lines[4])
 	}
 	// No completed job: no storage per job, not a division by zero.
