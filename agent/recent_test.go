@@ -100,10 +100,10 @@ func TestRecentSweepReleasesMemory(t *testing.T) {
 
 // Under steady load keys come and go for ever: a new one each command, the
 // oldest expiring. The dedupe set and the recorded results then hold one
-// window's worth (seenTTL × rate) and their memory levels off near what
-// that window took when it first filled up, however many windows pass. (A
-// Go map that churns keeps some of its deleted slots and grows a step or
-// two before it settles, so the bound is a multiple of the first window.)
+// window's worth (seenTTL × rate), in no more memory than that window took
+// when it first filled up, however many windows pass. (A Go map whose keys
+// churn keeps some of the slots they left and grows past that, about 1.4×
+// here, unless the sweep moves it to a fresh map now and then.)
 func TestDedupeWindowBoundedUnderChurn(t *testing.T) {
 	heap := func() int64 {
 		runtime.GC()
@@ -118,7 +118,7 @@ func TestDedupeWindowBoundedUnderChurn(t *testing.T) {
 	finals := newFinalCache(finalsMax, finalsMaxBytes, seenTTL)
 	result := []byte(strings.Repeat("r", 300)) // a small task's result
 	base := heap()
-	var first int64
+	var first, most int64
 	for i := range window * windows {
 		now := t0.Add(time.Duration(i) * step)
 		k := taskKey{job: fmt.Sprintf("job-%016d", i), step: i % 3, attempt: 1}
@@ -137,11 +137,12 @@ func TestDedupeWindowBoundedUnderChurn(t *testing.T) {
 		if first == 0 {
 			first = held
 		}
-		if held > 3*first {
-			t.Fatalf("after %d windows the window holds %d KiB, over 3× the %d KiB it took when it first filled up", (i+1)/window, held>>10, first>>10)
+		most = max(most, held)
+		if held > first*6/5 {
+			t.Fatalf("after %d windows the window holds %d KiB, over 1.2× the %d KiB it took when it first filled up", (i+1)/window, held>>10, first>>10)
 		}
 	}
-	t.Logf("a window of %d commands: %d KiB when it first filled up, %d KiB after %d windows", window, first>>10, (heap()-base)>>10, windows)
+	t.Logf("a window of %d commands: %d KiB when it first filled up, at most %d KiB, %d KiB after %d windows", window, first>>10, most>>10, (heap()-base)>>10, windows)
 	runtime.KeepAlive(seen)
 	runtime.KeepAlive(finals)
 }
