@@ -78,12 +78,12 @@ func (r *recent[K, V]) Len() int { return len(r.m) }
 
 // sweep forgets the expired entries and moves what is left to a map of its
 // size once the map holds a quarter of what it once held (a Go map keeps the
-// memory of its largest size), or once it has dropped four times what it
+// memory of its largest size), or once it has dropped twice what it
 // holds: a map whose keys keep coming and going keeps some of the slots they
 // left and grows past what its keys need, step by step.
 func (r *recent[K, V]) sweep(now time.Time) {
 	r.evict(now)
-	if r.peak >= shrinkMin && (len(r.m)*4 <= r.peak || r.removed >= 4*max(len(r.m), shrinkMin)) {
+	if r.peak >= shrinkMin && (len(r.m)*4 <= r.peak || r.removed >= 2*max(len(r.m), shrinkMin)) {
 		m := make(map[K]stamped[V], len(r.m))
 		maps.Copy(m, r.m)
 		r.m, r.peak, r.removed = m, len(m), 0
