@@ -480,16 +480,19 @@ func streamDiskBytes(dir, name string) (uint64, error) {
 // agentGoStats reads an agent's live heap and goroutine count from its
 // profiler (debug_addr): HeapAlloc of the runtime.MemStats the heap profile
 // ends with, read right after the collection gc=1 asks for (one extra
-// collection per sample), and the goroutine profile's total.
+// collection per sample), and the goroutine profile's total. Its
+// connections are closed after each read, so the agent's open files count
+// only the profiler's listener on top of its own.
 func agentGoStats(ctx context.Context, base string) (heap uint64, goroutines int, err error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
+	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 	get := func(path, prefix string) (string, error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
 		if err != nil {
 			return "", err
 		}
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := hc.Do(req)
 		if err != nil {
 			return "", err
 		}
