@@ -26,8 +26,10 @@ type recent[K comparable, V any] struct {
 	order []K
 	head  int
 	bytes int
-	// peak is the most entries m held since it was last rebuilt.
-	peak int
+	// peak is the most entries m held since it was last rebuilt, and
+	// removed how many it dropped since.
+	peak    int
+	removed int
 }
 
 type stamped[V any] struct {
@@ -74,15 +76,17 @@ func (r *recent[K, V]) add(k K, v V, now time.Time) {
 // Len is the number of remembered keys.
 func (r *recent[K, V]) Len() int { return len(r.m) }
 
-// sweep forgets the expired entries and, once the map holds a quarter of
-// what it once held, moves what is left to a map of its size: a Go map keeps
-// the memory of its largest size.
+// sweep forgets the expired entries and moves what is left to a map of its
+// size once the map holds a quarter of what it once held (a Go map keeps the
+// memory of its largest size), or once it has dropped twice what it
+// holds: a map whose keys keep coming and going keeps some of the slots they
+// left and grows past what its keys need, step by step.
 func (r *recent[K, V]) sweep(now time.Time) {
 	r.evict(now)
-	if r.peak >= shrinkMin && len(r.m)*4 <= r.peak {
+	if r.peak >= shrinkMin && (len(r.m)*4 <= r.peak || r.removed >= 2*max(len(r.m), shrinkMin)) {
 		m := make(map[K]stamped[V], len(r.m))
 		maps.Copy(m, r.m)
-		r.m, r.peak = m, len(m)
+		r.m, r.peak, r.removed = m, len(m), 0
 	}
 }
 
@@ -112,6 +116,7 @@ func (r *recent[K, V]) popFront() {
 	if e, ok := r.m[k]; ok {
 		r.bytes -= r.sizeOf(e.v)
 		delete(r.m, k)
+		r.removed++
 	}
 	r.order[r.head] = zero
 	r.head++

@@ -3,6 +3,7 @@ package agent
 import (
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -95,4 +96,53 @@ func TestRecentSweepReleasesMemory(t *testing.T) {
 		t.Error("set unusable after shrinking")
 	}
 	runtime.KeepAlive(r)
+}
+
+// Under steady load keys come and go for ever: a new one each command, the
+// oldest expiring. The dedupe set and the recorded results then hold one
+// window's worth (seenTTL × rate), in no more memory than that window took
+// when it first filled up, however many windows pass. (A Go map whose keys
+// churn keeps some of the slots they left and grows past that, about 1.4×
+// here, unless the sweep moves it to a fresh map now and then.)
+func TestDedupeWindowBoundedUnderChurn(t *testing.T) {
+	heap := func() int64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return int64(m.HeapAlloc)
+	}
+	const window, windows = 2000, 250
+	t0 := time.Now()
+	step := seenTTL / window
+	seen := newRecent[taskKey, struct{}](seenMax, seenTTL)
+	finals := newFinalCache(finalsMax, finalsMaxBytes, seenTTL)
+	result := []byte(strings.Repeat("r", 300)) // a small task's result
+	base := heap()
+	var first, most int64
+	for i := range window * windows {
+		now := t0.Add(time.Duration(i) * step)
+		k := taskKey{job: fmt.Sprintf("job-%016d", i), step: i % 3, attempt: 1}
+		seen.add(k, struct{}{}, now)
+		finals.add(k, finalResult{subject: "report." + k.job + ".0.node", data: slices.Clone(result)}, now)
+		if i%window != window-1 {
+			continue
+		}
+		// The heartbeat's sweep; then the window's figures.
+		seen.sweep(now)
+		finals.sweep(now)
+		if seen.Len() != window || finals.Len() != window {
+			t.Fatalf("after %d commands: %d keys and %d results held, want the window's %d", i+1, seen.Len(), finals.Len(), window)
+		}
+		held := heap() - base
+		if first == 0 {
+			first = held
+		}
+		most = max(most, held)
+		if held > first*6/5 {
+			t.Fatalf("after %d windows the window holds %d KiB, over 1.2× the %d KiB it took when it first filled up", (i+1)/window, held>>10, first>>10)
+		}
+	}
+	t.Logf("a window of %d commands: %d KiB when it first filled up, at most %d KiB, %d KiB after %d windows", window, first>>10, most>>10, (heap()-base)>>10, windows)
+	runtime.KeepAlive(seen)
+	runtime.KeepAlive(finals)
 }

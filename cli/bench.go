@@ -475,7 +475,8 @@ Every --interval (and before the first job and after the last) it samples:
 the controller process's RSS (/proc/<pid>/status), its live heap, heap in
 use, soft memory limit, goroutines and open files (its /metrics), what the
 jobs bucket (KV_jobs) and the results stream hold, one agent process's RSS
-and open files, and the p50/p99 of the jobs completed in the interval. It
+(and its anonymous part), live heap, goroutines (from its profiler, on a free
+port of 127.0.0.1) and open files, and the p50/p99 of the jobs completed in the interval. It
 prints a table of the samples (or JSON with -o json) and draws them over
 time to a PNG (--plot).
 
@@ -553,9 +554,15 @@ counted as skipped: the controller did not keep up with the rate.`,
 			if err != nil {
 				return err
 			}
+			// The sampled agent process serves its profiler, where its
+			// heap and goroutines are read.
+			agentDebug, err := bench.FreeLocalAddr()
+			if err != nil {
+				return err
+			}
 			opts := bench.Options{APIAddr: ctl.APIAddr, NATSURL: ctl.NATSURL, ControllerDataDir: ctl.DataDir, Token: token,
 				Heartbeat: bf.heartbeat, StartParallel: bf.parallel, Progress: g.stderr, Logger: logger,
-				AgentBin: agentBin, AgentLogLevel: "warn"}
+				AgentBin: agentBin, AgentLogLevel: "warn", SampledAgentDebugAddr: agentDebug}
 			// The controller's API accepts connections a moment before it
 			// answers (its streams and stores start behind it): try again
 			// for a while, on a loaded machine too.
@@ -573,7 +580,7 @@ counted as skipped: the controller did not keep up with the rate.`,
 				_, _ = fmt.Fprintln(g.stderr, "bench: stopping agents")
 				env.Close()
 			}()
-			_, _ = fmt.Fprintf(g.stderr, "bench: starting %d agent processes\n", procs)
+			_, _ = fmt.Fprintf(g.stderr, "bench: starting %d agent processes; the sampled one serves its profiler at http://%s/debug/pprof/\n", procs, agentDebug)
 			if _, err := env.StartAgentProcs(ctx, procs); err != nil {
 				return err
 			}
@@ -586,9 +593,9 @@ counted as skipped: the controller did not keep up with the rate.`,
 			_, _ = fmt.Fprintf(g.stderr, "bench: %g jobs/s to %d agents for %s, a sample every %s\n", rate, bf.agents, duration, interval)
 			samples, err := env.Soak(ctx, bench.SoakOptions{Rate: rate, Duration: duration, Interval: interval, MaxInFlight: inFlight,
 				ControllerPID: ctl.PID(), StoreDir: ctl.DataDir, OnSample: func(s bench.SoakSample) {
-					_, _ = fmt.Fprintf(g.stderr, "  %.1f min: %d jobs (%d failed, %d skipped), p50 %.1f ms, p99 %.1f ms; controller RSS %.1f MiB, live heap %.1f MiB, %d goroutines, %d files; KV_jobs %.2f MiB, results %.2f MiB; agent RSS %.1f MiB, %d files\n",
+					_, _ = fmt.Fprintf(g.stderr, "  %.1f min: %d jobs (%d failed, %d skipped), p50 %.1f ms, p99 %.1f ms; controller RSS %.1f MiB, live heap %.1f MiB, %d goroutines, %d files; KV_jobs %.2f MiB, results %.2f MiB; agent RSS %.1f MiB (anonymous %.1f), live heap %.2f MiB, %d goroutines, %d files\n",
 						s.Minutes, s.Jobs, s.Failed, s.Skipped, s.P50Ms, s.P99Ms, s.CtlRSSMiB, s.CtlLiveHeapMiB, s.CtlGoroutines, s.CtlOpenFDs,
-						float64(s.JobsStoreBytes)/(1<<20), float64(s.ResultsBytes)/(1<<20), s.AgentRSSMiB, s.AgentOpenFDs)
+						float64(s.JobsStoreBytes)/(1<<20), float64(s.ResultsBytes)/(1<<20), s.AgentRSSMiB, s.AgentAnonMiB, s.AgentLiveHeapMiB, s.AgentGoroutines, s.AgentOpenFDs)
 				}})
 			if err != nil && len(samples) < 2 {
 				return err

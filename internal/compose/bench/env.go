@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -70,6 +71,10 @@ type Options struct {
 	// AgentDebugPort, when positive, gives the agent processes a
 	// debug_addr (pprof) each: 127.0.0.1 and this port, the next, ...
 	AgentDebugPort int
+	// SampledAgentDebugAddr, when AgentDebugPort is 0, is the debug_addr
+	// of the first agent process only: the one a soak samples, whose Go
+	// heap and goroutines it reads from the profiler.
+	SampledAgentDebugAddr string
 	// AgentEnv is added to the agent processes' environment (KEY=VALUE).
 	AgentEnv []string
 	// Sites opens the embedded controller's leaf port, for sites' relays
@@ -472,22 +477,40 @@ func (e *Env) ControllerCPU(ctx context.Context) (float64, error) {
 
 // ProcessRSS reads VmRSS of a process ("self" or a pid) from /proc.
 func ProcessRSS(pid string) (uint64, error) {
+	v, err := procStatus(pid, "VmRSS")
+	return v["VmRSS"], err
+}
+
+// procStatus reads fields of a process's /proc/<pid>/status given in kB
+// (VmRSS, RssAnon, ...), in bytes; a field it lacks is an error.
+func procStatus(pid string, fields ...string) (map[string]uint64, error) {
 	f, err := os.Open("/proc/" + pid + "/status")
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer func() { _ = f.Close() }()
+	vals := make(map[string]uint64, len(fields))
 	s := bufio.NewScanner(f)
 	for s.Scan() {
-		if v, ok := strings.CutPrefix(s.Text(), "VmRSS:"); ok {
-			kb, err := strconv.ParseUint(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			if err != nil {
-				return 0, err
-			}
-			return kb << 10, nil
+		name, v, ok := strings.Cut(s.Text(), ":")
+		if !ok || !slices.Contains(fields, name) {
+			continue
+		}
+		kb, err := strconv.ParseUint(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("/proc/%s/status: %s: %w", pid, name, err)
+		}
+		vals[name] = kb << 10
+	}
+	if err := s.Err(); err != nil {
+		return nil, err
+	}
+	for _, name := range fields {
+		if _, ok := vals[name]; !ok {
+			return nil, fmt.Errorf("no %s in /proc/%s/status", name, pid)
 		}
 	}
-	return 0, errors.New("no VmRSS in /proc/" + pid + "/status")
+	return vals, nil
 }
 
 func scrapeMetrics(ctx context.Context, hc *http.Client, url, token string, names ...string) (map[string]float64, error) {

@@ -188,6 +188,8 @@ func (e *Env) StartAgentProcsAt(ctx context.Context, n int, natsURL string) (tim
 		}
 		if e.opts.AgentDebugPort > 0 {
 			cfg.DebugAddr = "127.0.0.1:" + strconv.Itoa(e.opts.AgentDebugPort+i-first)
+		} else if i == 0 {
+			cfg.DebugAddr = e.opts.SampledAgentDebugAddr
 		}
 		data, err := yaml.Marshal(cfg)
 		if err != nil {

@@ -1,10 +1,12 @@
 package bench
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -66,6 +68,16 @@ func freePort() (int, error) {
 	}
 	defer func() { _ = l.Close() }()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// FreeLocalAddr is 127.0.0.1 and a free port (see freePort): a debug_addr
+// for the sampled agent process.
+func FreeLocalAddr() (string, error) {
+	p, err := freePort()
+	if err != nil {
+		return "", err
+	}
+	return "127.0.0.1:" + strconv.Itoa(p), nil
 }
 
 // StartControllerProc runs bin as "grid controller" with a data dir under
@@ -179,9 +191,17 @@ type SoakSample struct {
 	// (compressed blocks; 0 without SoakOptions.StoreDir).
 	JobsDiskBytes    uint64 `json:"kv_jobs_disk_bytes"`
 	ResultsDiskBytes uint64 `json:"results_disk_bytes"`
-	// One agent process: RSS and open files.
+	// One agent process: RSS, the part of it that is anonymous memory
+	// (heap, stacks, the runtime's own; the rest is the binary's pages
+	// read in) and open files.
 	AgentRSSMiB  float64 `json:"agent_rss_mib"`
+	AgentAnonMiB float64 `json:"agent_rss_anon_mib"`
 	AgentOpenFDs int     `json:"agent_open_fds"`
+	// With Options.SampledAgentDebugAddr, from the agent's profiler: its
+	// live heap (HeapAlloc right after a collection the read asks for) and
+	// goroutines.
+	AgentLiveHeapMiB float64 `json:"agent_live_heap_mib,omitempty"`
+	AgentGoroutines  int     `json:"agent_goroutines,omitempty"`
 	// Errors says which figures could not be read (they are 0).
 	Errors []string `json:"errors,omitempty"`
 }
@@ -370,10 +390,17 @@ func (e *Env) soakSample(ctx context.Context, ctlPID int, storeDir string) SoakS
 	}
 	e.mu.Unlock()
 	if agentPID > 0 {
-		if rss, err := ProcessRSS(strconv.Itoa(agentPID)); err == nil {
-			s.AgentRSSMiB = mib(rss)
+		if v, err := procStatus(strconv.Itoa(agentPID), "VmRSS", "RssAnon"); err == nil {
+			s.AgentRSSMiB, s.AgentAnonMiB = mib(v["VmRSS"]), mib(v["RssAnon"])
 		} else {
 			fail("agent RSS", err)
+		}
+		if addr := e.opts.SampledAgentDebugAddr; addr != "" && e.opts.AgentDebugPort == 0 {
+			if heap, n, err := agentGoStats(ctx, "http://"+addr); err == nil {
+				s.AgentLiveHeapMiB, s.AgentGoroutines = mib(heap), n
+			} else {
+				fail("agent heap", err)
+			}
 		}
 		if n, err := OpenFDs(agentPID); err == nil {
 			s.AgentOpenFDs = n
@@ -448,4 +475,55 @@ func streamDiskBytes(dir, name string) (uint64, error) {
 		}
 	}
 	return n, nil
+}
+
+// agentGoStats reads an agent's live heap and goroutine count from its
+// profiler (debug_addr): HeapAlloc of the runtime.MemStats the heap profile
+// ends with, read right after the collection gc=1 asks for (one extra
+// collection per sample), and the goroutine profile's total. Its
+// connections are closed after each read, so the agent's open files count
+// only the profiler's listener on top of its own.
+func agentGoStats(ctx context.Context, base string) (heap uint64, goroutines int, err error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	get := func(path, prefix string) (string, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
+		if err != nil {
+			return "", err
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			return "", err
+		}
+		defer func() { _ = resp.Body.Close() }()
+		if resp.StatusCode != http.StatusOK {
+			return "", fmt.Errorf("%s: %s", path, resp.Status)
+		}
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+		for sc.Scan() {
+			if v, ok := strings.CutPrefix(sc.Text(), prefix); ok {
+				return strings.TrimSpace(v), nil
+			}
+		}
+		if err := sc.Err(); err != nil {
+			return "", fmt.Errorf("%s: %w", path, err)
+		}
+		return "", fmt.Errorf("%s: no %q line", path, prefix)
+	}
+	v, err := get("/debug/pprof/heap?debug=1&gc=1", "# HeapAlloc = ")
+	if err != nil {
+		return 0, 0, err
+	}
+	if heap, err = strconv.ParseUint(v, 10, 64); err != nil {
+		return 0, 0, fmt.Errorf("heap profile: HeapAlloc %q: %w", v, err)
+	}
+	if v, err = get("/debug/pprof/goroutine?debug=1", "goroutine profile: total "); err != nil {
+		return 0, 0, err
+	}
+	if goroutines, err = strconv.Atoi(v); err != nil {
+		return 0, 0, fmt.Errorf("goroutine profile: total %q: %w", v, err)
+	}
+	return heap, goroutines, nil
 }

@@ -59,11 +59,12 @@ func (r SoakReport) Table(w io.Writer) {
 	_, _ = fmt.Fprintf(w, "soak: %d agents (%d processes), %.2f fan-out jobs/s, %.1f min, a sample every %.0fs\n",
 		r.Agents, r.AgentProcs, r.Rate, r.Minutes, r.IntervalS)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	_, _ = fmt.Fprintln(tw, "min\tjobs\tfailed\tskipped\tp50 ms\tp99 ms\tctl RSS MiB\tlive heap\theap in use\tlimit\tgoroutines\tfds\tKV_jobs MiB\tresults MiB\tagent RSS MiB\tagent fds\t")
+	_, _ = fmt.Fprintln(tw, "min\tjobs\tfailed\tskipped\tp50 ms\tp99 ms\tctl RSS MiB\tlive heap\theap in use\tlimit\tgoroutines\tfds\tKV_jobs MiB\tresults MiB\tagent RSS MiB\tagent anon\tagent heap\tagent goroutines\tagent fds\t")
 	for _, s := range r.Samples {
-		_, _ = fmt.Fprintf(tw, "%.2f\t%d\t%d\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.0f\t%d\t%d\t%.2f\t%.2f\t%.1f\t%d\t\n",
+		_, _ = fmt.Fprintf(tw, "%.2f\t%d\t%d\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.0f\t%d\t%d\t%.2f\t%.2f\t%.1f\t%.1f\t%.2f\t%d\t%d\t\n",
 			s.Minutes, s.Jobs, s.Failed, s.Skipped, s.P50Ms, s.P99Ms, s.CtlRSSMiB, s.CtlLiveHeapMiB, s.CtlHeapMiB, s.CtlLimitMiB,
-			s.CtlGoroutines, s.CtlOpenFDs, toMiB(s.JobsStoreBytes), toMiB(s.ResultsBytes), s.AgentRSSMiB, s.AgentOpenFDs)
+			s.CtlGoroutines, s.CtlOpenFDs, toMiB(s.JobsStoreBytes), toMiB(s.ResultsBytes), s.AgentRSSMiB, s.AgentAnonMiB,
+			s.AgentLiveHeapMiB, s.AgentGoroutines, s.AgentOpenFDs)
 	}
 	_ = tw.Flush()
 	_, _ = fmt.Fprintf(w, "stored per completed job and node: KV_jobs %.0f bytes (%.0f on disk), results %.0f bytes (%.0f on disk)\n",
@@ -99,6 +100,9 @@ var soakPanels = []soakPanel{
 	}},
 	{"one agent process", "MiB / count", []soakLine{
 		{"RSS MiB", func(s SoakSample) float64 { return s.AgentRSSMiB }},
+		{"anonymous RSS MiB", func(s SoakSample) float64 { return s.AgentAnonMiB }},
+		{"live heap MiB", func(s SoakSample) float64 { return s.AgentLiveHeapMiB }},
+		{"goroutines", func(s SoakSample) float64 { return float64(s.AgentGoroutines) }},
 		{"open files", func(s SoakSample) float64 { return float64(s.AgentOpenFDs) }},
 	}},
 	{"stored (JetStream)", "MiB", []soakLine{

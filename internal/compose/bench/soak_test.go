@@ -2,7 +2,11 @@ package bench
 
 import (
 	"bytes"
+	"context"
 	"image/png"
+	"net/http"
+	"net/http/httptest"
+	"net/http/pprof"
 	"os"
 	"path/filepath"
 	"strings"
@@ -45,7 +49,7 @@ func TestSoakReport(t *testing.T) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
 	}
-	if f := strings.Fields(lines[4]); len(f) != 16 || f[0] != "2.00" || f[1] != "59" || f[2] != "1" || f[3] != "2" || f[6] != "121.0" {
+	if f := strings.Fields(lines[4]); len(f) != 19 || f[0] != "2.00" || f[1] != "59" || f[2] != "1" || f[3] != "2" || f[6] != "121.0" {
 		t.Errorf("last sample's row: %q", lines[4])
 	}
 	// No completed job: no storage per job, not a division by zero.
@@ -76,5 +80,24 @@ func TestSoakPlot(t *testing.T) {
 	}
 	if err := NewSoakReport(100, 1, 1, 60, soakSamples()[:1]).WritePNG(filepath.Join(dir, "one.png")); err == nil {
 		t.Error("one sample: no error")
+	}
+}
+
+// The agent's live heap and goroutines are read from a real profiler (this
+// test process's); a profiler that is not there is an error, not zeros.
+func TestAgentGoStats(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	heap, n, err := agentGoStats(context.Background(), srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if heap == 0 || n < 2 {
+		t.Errorf("live heap %d bytes, %d goroutines; want both read", heap, n)
+	}
+	if _, _, err := agentGoStats(context.Background(), srv.URL+"/nothing"); err == nil {
+		t.Error("no profiler: no error")
 	}
 }
