@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -445,15 +446,7 @@ func (s *security) siteEnrollments(site string) []api.Enrollment {
 		}
 	}
 	s.mu.RUnlock()
-	slices.SortFunc(out, func(a, b api.Enrollment) int {
-		switch {
-		case a.NodeID < b.NodeID:
-			return -1
-		case a.NodeID > b.NodeID:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(a, b api.Enrollment) int { return strings.Compare(a.NodeID, b.NodeID) })
 	return out
 }
 
@@ -533,14 +526,6 @@ func (st *sites) list() []api.Site {
 	for _, s := range st.byName {
 		out = append(out, *s)
 	}
-	slices.SortFunc(out, func(a, b api.Site) int {
-		switch {
-		case a.Name < b.Name:
-			return -1
-		case a.Name > b.Name:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(a, b api.Site) int { return strings.Compare(a.Name, b.Name) })
 	return out
 }
