@@ -2,7 +2,6 @@ package controller_test
 
 import (
 	"context"
-	"net"
 	"path/filepath"
 	"testing"
 	"time"
@@ -12,17 +11,12 @@ import (
 	"github.com/gridfleet/terraform-provider-grid/controller"
 	"github.com/gridfleet/terraform-provider-grid/internal/config"
 	"github.com/gridfleet/terraform-provider-grid/internal/pki"
+	"github.com/gridfleet/terraform-provider-grid/internal/testport"
 )
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
+// freeAddr is a free port of 127.0.0.1, for a server whose address its
+// peers must know before it starts (a cluster's routes).
+func freeAddr(t *testing.T) string { return testport.Addr(t) }
 
 func startController(t *testing.T, dataDir, natsAddr string) (*controller.Controller, *api.Client, context.CancelFunc) {
 	t.Helper()

@@ -10,7 +10,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -24,6 +23,7 @@ import (
 	"github.com/gridfleet/terraform-provider-grid/api"
 	"github.com/gridfleet/terraform-provider-grid/controller"
 	"github.com/gridfleet/terraform-provider-grid/internal/pki"
+	"github.com/gridfleet/terraform-provider-grid/internal/testport"
 	"github.com/gridfleet/terraform-provider-grid/internal/testwait"
 )
 
@@ -58,16 +58,8 @@ func needChaos(t *testing.T) {
 	}
 }
 
-// freePort returns a loopback port nobody listens on (for now).
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
+// freePort returns a loopback port nobody listens on (see testport).
+func freePort(t *testing.T) int { return testport.Port(t) }
 
 // proc is one grid process; its stderr (the logs) goes to a file that a
 // restart appends to.
