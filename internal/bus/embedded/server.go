@@ -8,7 +8,9 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -119,7 +121,7 @@ func StartServer(ctx context.Context, cfg ServerConfig) (*server.Server, error) 
 	go s.Start()
 	if !s.ReadyForConnections(15 * time.Second) {
 		s.Shutdown()
-		return nil, fmt.Errorf("embedded NATS: not ready to accept connections on %s:%d within 15s", opts.Host, opts.Port)
+		return nil, fmt.Errorf("embedded NATS: not ready to accept connections on %s:%d within 15s%s", opts.Host, opts.Port, bindHint(opts))
 	}
 	if cfg.LeafPort != 0 {
 		// Before anyone connects: imports apply to the subscriptions made
@@ -159,4 +161,25 @@ func leafAccount(s *server.Server, cfg ServerConfig) error {
 		return err
 	}
 	return cross(g, leaf, cfg.LeafHear)
+}
+
+// bindHint says which of the server's addresses another process holds,
+// the usual reason a server is never ready: the server itself only logs
+// it.
+func bindHint(opts *server.Options) string {
+	for _, a := range []struct {
+		what string
+		host string
+		port int
+	}{{"client", opts.Host, opts.Port}, {"cluster", opts.Cluster.Host, opts.Cluster.Port}, {"leaf", opts.LeafNode.Host, opts.LeafNode.Port}} {
+		if a.port <= 0 {
+			continue
+		}
+		ln, err := net.Listen("tcp", net.JoinHostPort(a.host, strconv.Itoa(a.port)))
+		if err != nil {
+			return fmt.Sprintf(" (its %s address: %v)", a.what, err)
+		}
+		_ = ln.Close()
+	}
+	return ""
 }
