@@ -376,16 +376,7 @@ func TestRelayKnowsAnAdmissionBeforeTheAgentDoes(t *testing.T) {
 // A relay restarted while its link is cut admits its agents from the
 // roster it saved.
 func TestRelayRestartedWithoutTheHubAdmitsFromItsSavedRoster(t *testing.T) {
-	p := newPKI(t)
-	h := startHub(t, p)
-	a := newKey(t)
-	h.setRoster(admitted(a, "a1", "web"))
-	cred := credential(t, p, h.leafURL())
-	dir := t.TempDir()
-	first := startRelay(t, cred, dir)
-	waitLinked(t, first)
-	first.Close()
-	h.ns.Shutdown()
+	p, a, cred, dir := savedRosterHubDown(t)
 	fi, err := os.Stat(filepath.Join(dir, relay.RosterFile))
 	if err != nil {
 		t.Fatal(err)
