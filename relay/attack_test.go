@@ -275,10 +275,8 @@ func TestAttackStrangersSubscriptionsDoNotCutTheLink(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	f, cred := startSiteHub(t, ctx, 0, nil)
-	r := startLinkedRelay(t, &cred, "")
-	if err := r.RefreshRoster(ctx); err != nil {
-		t.Fatalf("roster from the hub: %v", err)
-	}
+	r := startRelay(t, &cred, "")
+	waitLinked(t, r)
 	links := func() []uint64 {
 		lz, err := f.Controller.NATSServer().Leafz(nil)
 		if err != nil {
@@ -355,14 +353,7 @@ func TestAttackLogsHoldNoSecret(t *testing.T) {
 	cfg := relay.DefaultConfig()
 	cfg.Credential, cfg.Listen, cfg.DataDir = cred, "127.0.0.1:0", t.TempDir()
 	cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	r, err := relay.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(r.Close)
+	r := startRelayConfig(t, cfg)
 	waitLinked(t, r)
 
 	const token = "gridjoin_web.s3cr3t-join-token-value"

@@ -201,6 +201,12 @@ func startRelay(t *testing.T, cred *api.SiteCredential, dataDir string) *relay.R
 	if testing.Verbose() {
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
+	return startRelayConfig(t, cfg)
+}
+
+// startRelayConfig starts a relay from cfg, closed when the test ends.
+func startRelayConfig(t *testing.T, cfg relay.Config) *relay.Relay {
+	t.Helper()
 	r, err := relay.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -210,6 +216,18 @@ func startRelay(t *testing.T, cred *api.SiteCredential, dataDir string) *relay.R
 	}
 	t.Cleanup(r.Close)
 	return r
+}
+
+// waitDelivered publishes with send until sub gets a message holding
+// want: interest takes its time to cross the link, so the first messages
+// may find no one.
+func waitDelivered(t *testing.T, what string, sub *nats.Subscription, send func(), want string) {
+	t.Helper()
+	testwait.Until(t, 30*time.Second, 50*time.Millisecond, what, func() bool {
+		send()
+		m, err := sub.NextMsg(20 * time.Millisecond)
+		return err == nil && string(m.Data) == want
+	})
 }
 
 // waitLinked waits for the relay's leaf link and a first roster.

@@ -82,10 +82,8 @@ func TestRevokedSitesRelayIsCutOff(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	f, cred := startSiteHub(t, ctx, 0, nil)
-	r := startLinkedRelay(t, &cred, "")
-	if err := r.RefreshRoster(ctx); err != nil {
-		t.Fatalf("roster from the hub: %v", err)
-	}
+	r := startRelay(t, &cred, "")
+	waitLinked(t, r)
 	if _, err := f.Client().RevokeSite(ctx, site); err != nil {
 		t.Fatal(err)
 	}

@@ -114,22 +114,14 @@ func TestRelayCarriesAnAgentsTrafficToAndFromTheHub(t *testing.T) {
 		t.Fatal(err)
 	}
 	agentA.nc.Flush()
-	testwait.Until(t, 30*time.Second, 50*time.Millisecond, "the hub's command at the agent", func() bool {
-		_ = h.nc.Publish("cmd.node.a1.file.stat", []byte("cmd"))
-		m, err := cmds.NextMsg(20 * time.Millisecond)
-		return err == nil && string(m.Data) == "cmd"
-	})
+	waitDelivered(t, "the hub's command at the agent", cmds, func() { _ = h.nc.Publish("cmd.node.a1.file.stat", []byte("cmd")) }, "cmd")
 
 	reports, err := h.nc.SubscribeSync("report.>")
 	if err != nil {
 		t.Fatal(err)
 	}
 	h.nc.Flush()
-	testwait.Until(t, 30*time.Second, 50*time.Millisecond, "the agent's report at the hub", func() bool {
-		_ = agentA.nc.Publish("report.j1.s1.a1", []byte("done"))
-		m, err := reports.NextMsg(20 * time.Millisecond)
-		return err == nil && string(m.Data) == "done"
-	})
+	waitDelivered(t, "the agent's report at the hub", reports, func() { _ = agentA.nc.Publish("report.j1.s1.a1", []byte("done")) }, "done")
 }
 
 // Connections that do not prove an NKey are refused outright.
