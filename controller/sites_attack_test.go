@@ -13,8 +13,6 @@ import (
 	"maps"
 	"net"
 	"net/url"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -30,7 +28,6 @@ import (
 	"github.com/gridfleet/terraform-provider-grid/controller"
 	"github.com/gridfleet/terraform-provider-grid/internal/compose/fleet"
 	"github.com/gridfleet/terraform-provider-grid/internal/compose/fleet/fleettest"
-	"github.com/gridfleet/terraform-provider-grid/internal/config"
 	"github.com/gridfleet/terraform-provider-grid/internal/pki"
 )
 
@@ -422,59 +419,7 @@ func TestSiteAttackRelayAccountCarriesItsNodes(t *testing.T) {
 // hears from the others through their routes: the relays' account is
 // every server's.
 func TestSiteAttackRelayAccountAcrossCluster(t *testing.T) {
-	shared := t.TempDir()
-	if _, err := pki.EnsureCA(shared); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pki.EnsureToken(filepath.Join(shared, pki.JoinTokenFile)); err != nil {
-		t.Fatal(err)
-	}
-	const n = 2
-	dirs, clAddrs := make([]string, n), make([]string, n)
-	for i := range n {
-		dirs[i], clAddrs[i] = t.TempDir(), freeAddr(t)
-		for _, name := range []string{pki.CAFile, pki.CAKeyFile, pki.JoinTokenFile} {
-			b, err := os.ReadFile(filepath.Join(shared, name))
-			if err == nil {
-				err = os.WriteFile(filepath.Join(dirs[i], name), b, 0o600)
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	ctls := make([]*controller.Controller, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		cfg := controller.DefaultConfig()
-		cfg.Name, cfg.DataDir, cfg.NATSAddr, cfg.APIAddr = fmt.Sprintf("ctl-%d", i+1), dirs[i], freeAddr(t), "127.0.0.1:0"
-		cfg.ClusterName, cfg.ClusterAddr, cfg.LeafAddr = "sites", clAddrs[i], "127.0.0.1:0"
-		cfg.Routes = []string{"nats://" + clAddrs[1-i]}
-		cfg.HeartbeatInterval = config.Duration(300 * time.Millisecond)
-		c, err := controller.New(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, stop := context.WithCancel(context.Background())
-		t.Cleanup(func() {
-			stop()
-			if ctls[i] != nil {
-				<-c.Done()
-			}
-		})
-		wg.Go(func() {
-			if errs[i] = c.Start(ctx); errs[i] == nil {
-				ctls[i] = c
-			}
-		})
-	}
-	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			t.Fatalf("controller %d: %v", i+1, err)
-		}
-	}
+	ctls, _ := startSecureCluster(t, 2, "sites", func(c *controller.Config) { c.LeafAddr = "127.0.0.1:0" })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	client, err := api.NewClient(ctls[1].APIClientConfig(ctls[1].AdminToken()))
