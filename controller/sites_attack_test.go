@@ -27,7 +27,6 @@ import (
 	"github.com/gridfleet/terraform-provider-grid/api"
 	"github.com/gridfleet/terraform-provider-grid/controller"
 	"github.com/gridfleet/terraform-provider-grid/internal/compose/fleet"
-	"github.com/gridfleet/terraform-provider-grid/internal/compose/fleet/fleettest"
 	"github.com/gridfleet/terraform-provider-grid/internal/pki"
 )
 
@@ -35,22 +34,10 @@ import (
 // holds its site's credential and runs whatever NATS server it likes
 // towards the leaf port.
 
-// siteFleet is a fleet whose controller accepts relays.
-func siteFleet(t *testing.T, agents int) *fleet.Fleet {
-	t.Helper()
-	return fleettest.Start(t, fleet.Options{Agents: agents, Controller: func(c *controller.Config) { c.LeafAddr = "127.0.0.1:0" }})
-}
-
 // newSite creates a site and returns its credential.
 func newSite(t *testing.T, f *fleet.Fleet, name string) api.SiteCredential {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	cred, err := f.Client().CreateSite(ctx, api.SiteCreateRequest{Name: name})
-	if err != nil {
-		t.Fatalf("create site %s: %v", name, err)
-	}
-	return cred
+	return createSiteAs(t, f, api.SiteCreateRequest{Name: name})
 }
 
 // evilRelay is a NATS server the attacker runs with a site's credential,
@@ -67,19 +54,7 @@ type evilRelay struct {
 // remote (for a relay that claims more than it should).
 func startEvilRelay(t *testing.T, cred api.SiteCredential, edit func(*server.RemoteLeafOpts)) *evilRelay {
 	t.Helper()
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM([]byte(cred.CA)) {
-		t.Fatal("credential CA")
-	}
-	var urls []*url.URL
-	for _, s := range cred.HubURLs {
-		u, err := url.Parse(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		urls = append(urls, u)
-	}
-	remote := &server.RemoteLeafOpts{URLs: urls, Nkey: cred.Seed, TLS: true, TLSConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}
+	remote := leafRemote(t, cred, cred.Seed)
 	if edit != nil {
 		edit(remote)
 	}
@@ -544,10 +519,7 @@ func TestSiteAttackRelayRosterFloodIsBounded(t *testing.T) {
 func TestSiteAttackRelayCannotLiftBans(t *testing.T) {
 	// Without auto-admission the enrollments that close the batches leave
 	// the site's rights, and so the relay's connection, as they are.
-	f := fleettest.Start(t, fleet.Options{Controller: func(c *controller.Config) {
-		c.LeafAddr = "127.0.0.1:0"
-		c.AutoAdmit = new(false)
-	}})
+	f := siteFleetWith(t, fleet.Options{Controller: func(c *controller.Config) { c.AutoAdmit = new(false) }})
 	cred := newSite(t, f, "paris")
 	relay := startEvilRelay(t, cred, nil)
 	tok := readJoinToken(t, f)
