@@ -137,10 +137,7 @@ func TestAttackStrangersUnansweredDoNotCrowdOutKnownKeys(t *testing.T) {
 // budget: a new agent on another host, with its join token, must still
 // get its first request through.
 func TestAttackOneHostsKeyFloodLeavesOtherHostsEnrolling(t *testing.T) {
-	p := newPKI(t)
-	h := startHub(t, p)
-	r := startRelay(t, credential(t, p, h.leafURL()), "")
-	waitLinked(t, r)
+	p, h, r := linkedSite(t)
 
 	body, _ := json.Marshal(api.EnrollRequest{NodeID: "x", Token: "made-up"})
 	const flooders = 300
@@ -214,12 +211,8 @@ func TestAttackWireSpeedFloodIsCutOff(t *testing.T) {
 }
 
 func wireSpeedFlood(t *testing.T, size int) {
-	p := newPKI(t)
-	h := startHub(t, p)
 	known := newKey(t)
-	h.setRoster(api.Enrollment{NodeID: "k1", PublicKey: known.pub, Status: api.EnrollPending, Site: site})
-	r := startRelay(t, credential(t, p, h.leafURL()), "")
-	waitLinked(t, r)
+	p, _, r := linkedSite(t, api.Enrollment{NodeID: "k1", PublicKey: known.pub, Status: api.EnrollPending, Site: site})
 
 	big := bytes.Repeat([]byte{'x'}, size)
 	var wg sync.WaitGroup

@@ -379,3 +379,15 @@ func savedRosterHubDown(t *testing.T) (p *testPKI, a key, cred *api.SiteCredenti
 	h.ns.Shutdown()
 	return p, a, cred, dir
 }
+
+// linkedSite starts a stand-in hub whose roster holds roster and a relay
+// of the site linked to it, with the roster in hand.
+func linkedSite(t *testing.T, roster ...api.Enrollment) (*testPKI, *hub, *relay.Relay) {
+	t.Helper()
+	p := newPKI(t)
+	h := startHub(t, p)
+	h.setRoster(roster...)
+	r := startRelay(t, credential(t, p, h.leafURL()), "")
+	waitLinked(t, r)
+	return p, h, r
+}
