@@ -40,6 +40,20 @@ func newSite(t *testing.T, f *fleet.Fleet, name string) api.SiteCredential {
 	return createSiteAs(t, f, api.SiteCreateRequest{Name: name})
 }
 
+// admitThrough enrolls a key of its own making through relay as node, in
+// groups, with the hub's join token, and fails the test unless the hub
+// admits it. It returns the key, whose seed the relay holds.
+func admitThrough(t *testing.T, f *fleet.Fleet, relay *evilRelay, node string, groups ...string) nkeys.KeyPair {
+	t.Helper()
+	kp, _ := nkeys.CreateUser()
+	key, _ := kp.PublicKey()
+	r, err := relay.enroll(key, api.EnrollRequest{NodeID: node, Groups: groups, Token: readJoinToken(t, f)}, 5*time.Second)
+	if err != nil || r.Status != api.EnrollAdmitted {
+		t.Fatalf("enrollment through the relay: %+v %v", r, err)
+	}
+	return kp
+}
+
 // evilRelay is a NATS server the attacker runs with a site's credential,
 // connected to the hub as a leaf node, and a local client of it: what it
 // publishes goes to the hub as the relay's, what it subscribes is asked
@@ -568,12 +582,7 @@ func TestSiteAttackRelayAccountCrossesExactlyItsRights(t *testing.T) {
 	f := siteFleet(t, 0)
 	cred := newSite(t, f, "paris")
 	relay := startEvilRelay(t, cred, nil)
-	kp, _ := nkeys.CreateUser()
-	key, _ := kp.PublicKey()
-	r, err := relay.enroll(key, api.EnrollRequest{NodeID: "p-1", Groups: []string{"web.prod"}, Token: readJoinToken(t, f)}, 5*time.Second)
-	if err != nil || r.Status != api.EnrollAdmitted {
-		t.Fatalf("enrollment through the relay: %+v %v", r, err)
-	}
+	admitThrough(t, f, relay, "p-1", "web.prod")
 	p := f.Controller.SitePermissions("paris")
 	covered := func(subject string, crossing []string) bool {
 		for _, c := range crossing {
@@ -612,12 +621,7 @@ func TestSiteAttackRelayAccountCrossesExactlyItsRights(t *testing.T) {
 func TestSiteAttackRelayDoesNotHearGroupOfAnotherSite(t *testing.T) {
 	f := siteFleet(t, 1) // node-1: web.prod, at the hub
 	relay := startEvilRelay(t, newSite(t, f, "paris"), nil)
-	kp, _ := nkeys.CreateUser()
-	key, _ := kp.PublicKey()
-	r, err := relay.enroll(key, api.EnrollRequest{NodeID: "p-1", Groups: []string{"web.prod"}, Token: readJoinToken(t, f)}, 5*time.Second)
-	if err != nil || r.Status != api.EnrollAdmitted {
-		t.Fatalf("enrollment through the relay: %+v %v", r, err)
-	}
+	admitThrough(t, f, relay, "p-1", "web.prod")
 	// The relay listens where p-1's agent would.
 	heard := make(chan *nats.Msg, 64)
 	for _, subj := range api.AgentCommandSubjects("p-1", "paris", []string{"web.prod"}) {
@@ -682,12 +686,7 @@ func TestSiteAttackRelayDoesNotHearGroupOfAnotherSite(t *testing.T) {
 func TestSiteAttackRevokedSiteNodesGetNoRightsAtTheHub(t *testing.T) {
 	f := siteFleet(t, 0)
 	relay := startEvilRelay(t, newSite(t, f, "paris"), nil)
-	kp, _ := nkeys.CreateUser()
-	key, _ := kp.PublicKey()
-	r, err := relay.enroll(key, api.EnrollRequest{NodeID: "p-1", Groups: []string{"web"}, Token: readJoinToken(t, f)}, 5*time.Second)
-	if err != nil || r.Status != api.EnrollAdmitted {
-		t.Fatalf("enrollment through the relay: %+v %v", r, err)
-	}
+	kp := admitThrough(t, f, relay, "p-1", "web")
 	// Straight to the hub, its key holds p-1's rights while paris lives.
 	conn := func() (*ar2Key, error) {
 		return ar2Connect(t, f, kp, nats.Name("p-1"), nats.ReconnectWait(50*time.Millisecond))
