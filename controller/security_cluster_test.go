@@ -21,63 +21,8 @@ import (
 // on mutual TLS), an agent enrolled through one controller's server
 // connects later to another's with its key alone and is online everywhere.
 func TestClusterAgentEnrolledThroughOneConnectsToAnother(t *testing.T) {
-	shared := t.TempDir()
-	if _, err := pki.EnsureCA(shared); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pki.EnsureToken(filepath.Join(shared, pki.JoinTokenFile)); err != nil {
-		t.Fatal(err)
-	}
 	const n = 3
-	dirs, natsAddrs, clAddrs := make([]string, n), make([]string, n), make([]string, n)
-	for i := range n {
-		dirs[i], natsAddrs[i], clAddrs[i] = t.TempDir(), freeAddr(t), freeAddr(t)
-		for _, name := range []string{pki.CAFile, pki.CAKeyFile, pki.JoinTokenFile} {
-			b, err := os.ReadFile(filepath.Join(shared, name))
-			if err == nil {
-				err = os.WriteFile(filepath.Join(dirs[i], name), b, 0o600)
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	ctls := make([]*controller.Controller, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		cfg := controller.DefaultConfig()
-		cfg.Name, cfg.DataDir, cfg.NATSAddr, cfg.APIAddr = fmt.Sprintf("ctl-%d", i+1), dirs[i], natsAddrs[i], "127.0.0.1:0"
-		cfg.ClusterName, cfg.ClusterAddr = "sec", clAddrs[i]
-		for j := range n {
-			if j != i {
-				cfg.Routes = append(cfg.Routes, "nats://"+clAddrs[j])
-			}
-		}
-		cfg.HeartbeatInterval = config.Duration(300 * time.Millisecond)
-		c, err := controller.New(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, stop := context.WithCancel(context.Background())
-		t.Cleanup(func() {
-			stop()
-			if ctls[i] != nil {
-				<-c.Done()
-			}
-		})
-		wg.Go(func() {
-			if errs[i] = c.Start(ctx); errs[i] == nil {
-				ctls[i] = c
-			}
-		})
-	}
-	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			t.Fatalf("controller %d: %v", i+1, err)
-		}
-	}
+	ctls, shared := startSecureCluster(t, n, "sec", nil)
 	startAgent := func(url string, token bool) (*agent.Agent, context.CancelFunc, error) {
 		acfg := agent.DefaultConfig()
 		acfg.Name, acfg.Groups, acfg.NATSURLs = "roamer", []string{"web"}, []string{url}
@@ -167,4 +112,71 @@ func TestClusterAgentEnrolledThroughOneConnectsToAnother(t *testing.T) {
 	if stored != 2 {
 		t.Fatalf("%d enrollments stored for the two-use token, want 2", stored)
 	}
+}
+
+// startSecureCluster starts n controllers in the cluster named cluster, routed to
+// each other on mutual TLS and sharing a CA and join token, which stay in
+// the directory it returns; more, when given, configures each further.
+func startSecureCluster(t *testing.T, n int, cluster string, more func(*controller.Config)) ([]*controller.Controller, string) {
+	t.Helper()
+	shared := t.TempDir()
+	if _, err := pki.EnsureCA(shared); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pki.EnsureToken(filepath.Join(shared, pki.JoinTokenFile)); err != nil {
+		t.Fatal(err)
+	}
+	dirs, clAddrs := make([]string, n), make([]string, n)
+	for i := range n {
+		dirs[i], clAddrs[i] = t.TempDir(), freeAddr(t)
+		for _, name := range []string{pki.CAFile, pki.CAKeyFile, pki.JoinTokenFile} {
+			b, err := os.ReadFile(filepath.Join(shared, name))
+			if err == nil {
+				err = os.WriteFile(filepath.Join(dirs[i], name), b, 0o600)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	ctls := make([]*controller.Controller, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		cfg := controller.DefaultConfig()
+		cfg.Name, cfg.DataDir, cfg.NATSAddr, cfg.APIAddr = fmt.Sprintf("ctl-%d", i+1), dirs[i], freeAddr(t), "127.0.0.1:0"
+		cfg.ClusterName, cfg.ClusterAddr = cluster, clAddrs[i]
+		for j := range n {
+			if j != i {
+				cfg.Routes = append(cfg.Routes, "nats://"+clAddrs[j])
+			}
+		}
+		cfg.HeartbeatInterval = config.Duration(300 * time.Millisecond)
+		if more != nil {
+			more(&cfg)
+		}
+		c, err := controller.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, stop := context.WithCancel(context.Background())
+		t.Cleanup(func() {
+			stop()
+			if ctls[i] != nil {
+				<-c.Done()
+			}
+		})
+		wg.Go(func() {
+			if errs[i] = c.Start(ctx); errs[i] == nil {
+				ctls[i] = c
+			}
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("controller %d: %v", i+1, err)
+		}
+	}
+	return ctls, shared
 }

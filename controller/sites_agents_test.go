@@ -12,7 +12,6 @@ import (
 
 	"github.com/gridfleet/terraform-provider-grid/agent"
 	"github.com/gridfleet/terraform-provider-grid/api"
-	"github.com/gridfleet/terraform-provider-grid/controller"
 	"github.com/gridfleet/terraform-provider-grid/internal/compose/fleet"
 	"github.com/gridfleet/terraform-provider-grid/internal/compose/fleet/fleettest"
 )
@@ -23,8 +22,7 @@ import (
 // narrowed to a site on the group's agents there, and each job names its
 // nodes' sites.
 func TestSiteTargetsRunOnTheirSitesAgents(t *testing.T) {
-	f := fleettest.Start(t, fleet.Options{Agents: 2, Groups: func(int) []string { return []string{"web"} },
-		Controller: func(c *controller.Config) { c.LeafAddr = "127.0.0.1:0" }})
+	f := siteFleetWith(t, fleet.Options{Agents: 2, Groups: func(int) []string { return []string{"web"} }})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cl := f.Client()

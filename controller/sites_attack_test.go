@@ -13,8 +13,6 @@ import (
 	"maps"
 	"net"
 	"net/url"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -29,8 +27,6 @@ import (
 	"github.com/gridfleet/terraform-provider-grid/api"
 	"github.com/gridfleet/terraform-provider-grid/controller"
 	"github.com/gridfleet/terraform-provider-grid/internal/compose/fleet"
-	"github.com/gridfleet/terraform-provider-grid/internal/compose/fleet/fleettest"
-	"github.com/gridfleet/terraform-provider-grid/internal/config"
 	"github.com/gridfleet/terraform-provider-grid/internal/pki"
 )
 
@@ -38,22 +34,24 @@ import (
 // holds its site's credential and runs whatever NATS server it likes
 // towards the leaf port.
 
-// siteFleet is a fleet whose controller accepts relays.
-func siteFleet(t *testing.T, agents int) *fleet.Fleet {
-	t.Helper()
-	return fleettest.Start(t, fleet.Options{Agents: agents, Controller: func(c *controller.Config) { c.LeafAddr = "127.0.0.1:0" }})
-}
-
 // newSite creates a site and returns its credential.
 func newSite(t *testing.T, f *fleet.Fleet, name string) api.SiteCredential {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	cred, err := f.Client().CreateSite(ctx, api.SiteCreateRequest{Name: name})
-	if err != nil {
-		t.Fatalf("create site %s: %v", name, err)
+	return createSiteAs(t, f, api.SiteCreateRequest{Name: name})
+}
+
+// admitThrough enrolls a key of its own making through relay as node, in
+// groups, with the hub's join token, and fails the test unless the hub
+// admits it. It returns the key, whose seed the relay holds.
+func admitThrough(t *testing.T, f *fleet.Fleet, relay *evilRelay, node string, groups ...string) nkeys.KeyPair {
+	t.Helper()
+	kp, _ := nkeys.CreateUser()
+	key, _ := kp.PublicKey()
+	r, err := relay.enroll(key, api.EnrollRequest{NodeID: node, Groups: groups, Token: readJoinToken(t, f)}, 5*time.Second)
+	if err != nil || r.Status != api.EnrollAdmitted {
+		t.Fatalf("enrollment through the relay: %+v %v", r, err)
 	}
-	return cred
+	return kp
 }
 
 // evilRelay is a NATS server the attacker runs with a site's credential,
@@ -70,19 +68,7 @@ type evilRelay struct {
 // remote (for a relay that claims more than it should).
 func startEvilRelay(t *testing.T, cred api.SiteCredential, edit func(*server.RemoteLeafOpts)) *evilRelay {
 	t.Helper()
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM([]byte(cred.CA)) {
-		t.Fatal("credential CA")
-	}
-	var urls []*url.URL
-	for _, s := range cred.HubURLs {
-		u, err := url.Parse(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		urls = append(urls, u)
-	}
-	remote := &server.RemoteLeafOpts{URLs: urls, Nkey: cred.Seed, TLS: true, TLSConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}
+	remote := leafRemote(t, cred, cred.Seed)
 	if edit != nil {
 		edit(remote)
 	}
@@ -422,59 +408,7 @@ func TestSiteAttackRelayAccountCarriesItsNodes(t *testing.T) {
 // hears from the others through their routes: the relays' account is
 // every server's.
 func TestSiteAttackRelayAccountAcrossCluster(t *testing.T) {
-	shared := t.TempDir()
-	if _, err := pki.EnsureCA(shared); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pki.EnsureToken(filepath.Join(shared, pki.JoinTokenFile)); err != nil {
-		t.Fatal(err)
-	}
-	const n = 2
-	dirs, clAddrs := make([]string, n), make([]string, n)
-	for i := range n {
-		dirs[i], clAddrs[i] = t.TempDir(), freeAddr(t)
-		for _, name := range []string{pki.CAFile, pki.CAKeyFile, pki.JoinTokenFile} {
-			b, err := os.ReadFile(filepath.Join(shared, name))
-			if err == nil {
-				err = os.WriteFile(filepath.Join(dirs[i], name), b, 0o600)
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	ctls := make([]*controller.Controller, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		cfg := controller.DefaultConfig()
-		cfg.Name, cfg.DataDir, cfg.NATSAddr, cfg.APIAddr = fmt.Sprintf("ctl-%d", i+1), dirs[i], freeAddr(t), "127.0.0.1:0"
-		cfg.ClusterName, cfg.ClusterAddr, cfg.LeafAddr = "sites", clAddrs[i], "127.0.0.1:0"
-		cfg.Routes = []string{"nats://" + clAddrs[1-i]}
-		cfg.HeartbeatInterval = config.Duration(300 * time.Millisecond)
-		c, err := controller.New(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, stop := context.WithCancel(context.Background())
-		t.Cleanup(func() {
-			stop()
-			if ctls[i] != nil {
-				<-c.Done()
-			}
-		})
-		wg.Go(func() {
-			if errs[i] = c.Start(ctx); errs[i] == nil {
-				ctls[i] = c
-			}
-		})
-	}
-	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			t.Fatalf("controller %d: %v", i+1, err)
-		}
-	}
+	ctls, _ := startSecureCluster(t, 2, "sites", func(c *controller.Config) { c.LeafAddr = "127.0.0.1:0" })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	client, err := api.NewClient(ctls[1].APIClientConfig(ctls[1].AdminToken()))
@@ -599,10 +533,7 @@ func TestSiteAttackRelayRosterFloodIsBounded(t *testing.T) {
 func TestSiteAttackRelayCannotLiftBans(t *testing.T) {
 	// Without auto-admission the enrollments that close the batches leave
 	// the site's rights, and so the relay's connection, as they are.
-	f := fleettest.Start(t, fleet.Options{Controller: func(c *controller.Config) {
-		c.LeafAddr = "127.0.0.1:0"
-		c.AutoAdmit = new(false)
-	}})
+	f := siteFleetWith(t, fleet.Options{Controller: func(c *controller.Config) { c.AutoAdmit = new(false) }})
 	cred := newSite(t, f, "paris")
 	relay := startEvilRelay(t, cred, nil)
 	tok := readJoinToken(t, f)
@@ -651,12 +582,7 @@ func TestSiteAttackRelayAccountCrossesExactlyItsRights(t *testing.T) {
 	f := siteFleet(t, 0)
 	cred := newSite(t, f, "paris")
 	relay := startEvilRelay(t, cred, nil)
-	kp, _ := nkeys.CreateUser()
-	key, _ := kp.PublicKey()
-	r, err := relay.enroll(key, api.EnrollRequest{NodeID: "p-1", Groups: []string{"web.prod"}, Token: readJoinToken(t, f)}, 5*time.Second)
-	if err != nil || r.Status != api.EnrollAdmitted {
-		t.Fatalf("enrollment through the relay: %+v %v", r, err)
-	}
+	admitThrough(t, f, relay, "p-1", "web.prod")
 	p := f.Controller.SitePermissions("paris")
 	covered := func(subject string, crossing []string) bool {
 		for _, c := range crossing {
@@ -695,12 +621,7 @@ func TestSiteAttackRelayAccountCrossesExactlyItsRights(t *testing.T) {
 func TestSiteAttackRelayDoesNotHearGroupOfAnotherSite(t *testing.T) {
 	f := siteFleet(t, 1) // node-1: web.prod, at the hub
 	relay := startEvilRelay(t, newSite(t, f, "paris"), nil)
-	kp, _ := nkeys.CreateUser()
-	key, _ := kp.PublicKey()
-	r, err := relay.enroll(key, api.EnrollRequest{NodeID: "p-1", Groups: []string{"web.prod"}, Token: readJoinToken(t, f)}, 5*time.Second)
-	if err != nil || r.Status != api.EnrollAdmitted {
-		t.Fatalf("enrollment through the relay: %+v %v", r, err)
-	}
+	admitThrough(t, f, relay, "p-1", "web.prod")
 	// The relay listens where p-1's agent would.
 	heard := make(chan *nats.Msg, 64)
 	for _, subj := range api.AgentCommandSubjects("p-1", "paris", []string{"web.prod"}) {
@@ -765,12 +686,7 @@ func TestSiteAttackRelayDoesNotHearGroupOfAnotherSite(t *testing.T) {
 func TestSiteAttackRevokedSiteNodesGetNoRightsAtTheHub(t *testing.T) {
 	f := siteFleet(t, 0)
 	relay := startEvilRelay(t, newSite(t, f, "paris"), nil)
-	kp, _ := nkeys.CreateUser()
-	key, _ := kp.PublicKey()
-	r, err := relay.enroll(key, api.EnrollRequest{NodeID: "p-1", Groups: []string{"web"}, Token: readJoinToken(t, f)}, 5*time.Second)
-	if err != nil || r.Status != api.EnrollAdmitted {
-		t.Fatalf("enrollment through the relay: %+v %v", r, err)
-	}
+	kp := admitThrough(t, f, relay, "p-1", "web")
 	// Straight to the hub, its key holds p-1's rights while paris lives.
 	conn := func() (*ar2Key, error) {
 		return ar2Connect(t, f, kp, nats.Name("p-1"), nats.ReconnectWait(50*time.Millisecond))

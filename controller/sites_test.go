@@ -27,6 +27,26 @@ import (
 // so a test's client on it speaks with the whole site's rights.
 func leafServer(t *testing.T, cred api.SiteCredential, seed string, hub bool) *server.Server {
 	t.Helper()
+	remote := leafRemote(t, cred, seed)
+	remote.Hub = hub
+	opts := &server.Options{Host: "127.0.0.1", Port: -1, NoSigs: true, NoLog: true, ServerName: "relay-" + cred.Site,
+		LeafNode: server.LeafNodeOpts{ReconnectInterval: 200 * time.Millisecond, Remotes: []*server.RemoteLeafOpts{remote}}}
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("leaf server not ready")
+	}
+	t.Cleanup(ns.Shutdown)
+	return ns
+}
+
+// leafRemote is the remote a site's leaf server dials: the hub's leaf
+// URLs in cred over TLS trusting cred's CA, proving the key of seed.
+func leafRemote(t *testing.T, cred api.SiteCredential, seed string) *server.RemoteLeafOpts {
+	t.Helper()
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM([]byte(cred.CA)) {
 		t.Fatal("credential CA")
@@ -39,21 +59,7 @@ func leafServer(t *testing.T, cred api.SiteCredential, seed string, hub bool) *s
 		}
 		urls = append(urls, pu)
 	}
-	opts := &server.Options{Host: "127.0.0.1", Port: -1, NoSigs: true, NoLog: true, ServerName: "relay-" + cred.Site,
-		LeafNode: server.LeafNodeOpts{ReconnectInterval: 200 * time.Millisecond, Remotes: []*server.RemoteLeafOpts{{
-			URLs: urls, Nkey: seed, TLS: true, Hub: hub,
-			TLSConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
-		}}}}
-	ns, err := server.NewServer(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("leaf server not ready")
-	}
-	t.Cleanup(ns.Shutdown)
-	return ns
+	return &server.RemoteLeafOpts{URLs: urls, Nkey: seed, TLS: true, TLSConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}
 }
 
 // stays checks that cond holds throughout d.
@@ -68,21 +74,42 @@ func stays(t *testing.T, what string, d time.Duration, cond func() bool) {
 	}
 }
 
-func startSiteFleet(t *testing.T) *fleet.Fleet {
+// siteFleet is a fleet whose controller accepts relays.
+func siteFleet(t *testing.T, agents int) *fleet.Fleet {
 	t.Helper()
-	return fleettest.Start(t, fleet.Options{Agents: 1, Controller: func(c *controller.Config) {
-		c.LeafAddr = "127.0.0.1:0"
-	}})
+	return siteFleetWith(t, fleet.Options{Agents: agents})
 }
 
-func createSite(t *testing.T, f *fleet.Fleet, name string) api.SiteCredential {
+// siteFleetWith is a fleet of opts whose controller accepts relays.
+func siteFleetWith(t *testing.T, opts fleet.Options) *fleet.Fleet {
+	t.Helper()
+	more := opts.Controller
+	opts.Controller = func(c *controller.Config) {
+		c.LeafAddr = "127.0.0.1:0"
+		if more != nil {
+			more(c)
+		}
+	}
+	return fleettest.Start(t, opts)
+}
+
+// createSiteAs creates a site as req asks and returns its credential.
+func createSiteAs(t *testing.T, f *fleet.Fleet, req api.SiteCreateRequest) api.SiteCredential {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	cred, err := f.Client().CreateSite(ctx, api.SiteCreateRequest{Name: name, Hosts: []string{"relay." + name + ".example"}})
+	cred, err := f.Client().CreateSite(ctx, req)
 	if err != nil {
-		t.Fatalf("create site %s: %v", name, err)
+		t.Fatalf("create site %s: %v", req.Name, err)
 	}
+	return cred
+}
+
+// createSite creates a site with a relay host name and checks its
+// credential is whole.
+func createSite(t *testing.T, f *fleet.Fleet, name string) api.SiteCredential {
+	t.Helper()
+	cred := createSiteAs(t, f, api.SiteCreateRequest{Name: name, Hosts: []string{"relay." + name + ".example"}})
 	if cred.Seed == "" || len(cred.HubURLs) == 0 || cred.Cert == "" || cred.Key == "" {
 		t.Fatalf("incomplete credential: %+v", cred)
 	}
@@ -140,7 +167,7 @@ func siteEnroll(t *testing.T, nc *nats.Conn, site, key string, req api.EnrollReq
 // and no others: it cannot speak for or hear the hub's own nodes, its
 // agents enroll into its site only, and a revoked site is cut off.
 func TestSiteRelayRights(t *testing.T) {
-	f := startSiteFleet(t)
+	f := siteFleet(t, 1)
 	paris := createSite(t, f, "paris")
 	tokb, err := os.ReadFile(f.JoinTokenFile())
 	if err != nil {
@@ -373,7 +400,7 @@ func TestSiteRelayRights(t *testing.T) {
 
 // A relay that claims the hub's role on its leaf connection is closed.
 func TestSiteRelayClaimingHubClosed(t *testing.T) {
-	f := startSiteFleet(t)
+	f := siteFleet(t, 1)
 	cred := createSite(t, f, "rogue")
 	ns := leafServer(t, cred, cred.Seed, true)
 	hubNS := f.Controller.NATSServer()
@@ -393,7 +420,7 @@ func TestSiteRelayClaimingHubClosed(t *testing.T) {
 // leaf's progress.*.*.<node>), so the controllers subscribe to
 // api.SubjectProgress at exactly that depth.
 func TestSiteProgressCrossesTheLink(t *testing.T) {
-	f := startSiteFleet(t)
+	f := siteFleet(t, 1)
 	paris := createSite(t, f, "paris")
 	tokb, err := os.ReadFile(f.JoinTokenFile())
 	if err != nil {
@@ -438,7 +465,7 @@ func TestSiteProgressCrossesTheLink(t *testing.T) {
 // A site's relay certificate names what the admin asked for, and never a
 // wildcard (which could cover the controllers' own names).
 func TestSiteCreateRefusesBadHosts(t *testing.T) {
-	f := startSiteFleet(t)
+	f := siteFleet(t, 1)
 	ctx := context.Background()
 	for _, h := range []string{"*.example.com", "relay example", "", "relay/x"} {
 		if _, err := f.Client().CreateSite(ctx, api.SiteCreateRequest{Name: "s1", Hosts: []string{h}}); err == nil ||

@@ -5,9 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/gridfleet/terraform-provider-grid/controller"
-	"github.com/gridfleet/terraform-provider-grid/internal/compose/fleet"
-	"github.com/gridfleet/terraform-provider-grid/internal/compose/fleet/fleettest"
 	"github.com/gridfleet/terraform-provider-grid/internal/testwait"
 	"github.com/nats-io/nats.go"
 	"log/slog"
@@ -35,16 +32,7 @@ import (
 // waits for the relay to restart while its link is cut: the relay must
 // not take a roster it did not save itself.
 func TestAttackForgedRosterCacheAdmitsNobody(t *testing.T) {
-	p := newPKI(t)
-	h := startHub(t, p)
-	a := newKey(t)
-	h.setRoster(admitted(a, "a1", "web"))
-	cred := credential(t, p, h.leafURL())
-	dir := t.TempDir()
-	first := startRelay(t, cred, dir)
-	waitLinked(t, first)
-	first.Close()
-	h.ns.Shutdown()
+	p, a, cred, dir := savedRosterHubDown(t)
 
 	// The forger keeps whatever else the file holds and adds its key.
 	path := filepath.Join(dir, relay.RosterFile)
@@ -71,16 +59,7 @@ func TestAttackForgedRosterCacheAdmitsNobody(t *testing.T) {
 // The same forger copies another site's (or an older) cache of this relay
 // with a changed enrollment: a cache is only good whole.
 func TestAttackEditedRosterCacheAdmitsNobody(t *testing.T) {
-	p := newPKI(t)
-	h := startHub(t, p)
-	a := newKey(t)
-	h.setRoster(admitted(a, "a1", "web"))
-	cred := credential(t, p, h.leafURL())
-	dir := t.TempDir()
-	first := startRelay(t, cred, dir)
-	waitLinked(t, first)
-	first.Close()
-	h.ns.Shutdown()
+	p, a, cred, dir := savedRosterHubDown(t)
 
 	path := filepath.Join(dir, relay.RosterFile)
 	b, err := os.ReadFile(path)
@@ -158,10 +137,7 @@ func TestAttackStrangersUnansweredDoNotCrowdOutKnownKeys(t *testing.T) {
 // budget: a new agent on another host, with its join token, must still
 // get its first request through.
 func TestAttackOneHostsKeyFloodLeavesOtherHostsEnrolling(t *testing.T) {
-	p := newPKI(t)
-	h := startHub(t, p)
-	r := startRelay(t, credential(t, p, h.leafURL()), "")
-	waitLinked(t, r)
+	p, h, r := linkedSite(t)
 
 	body, _ := json.Marshal(api.EnrollRequest{NodeID: "x", Token: "made-up"})
 	const flooders = 300
@@ -235,12 +211,8 @@ func TestAttackWireSpeedFloodIsCutOff(t *testing.T) {
 }
 
 func wireSpeedFlood(t *testing.T, size int) {
-	p := newPKI(t)
-	h := startHub(t, p)
 	known := newKey(t)
-	h.setRoster(api.Enrollment{NodeID: "k1", PublicKey: known.pub, Status: api.EnrollPending, Site: site})
-	r := startRelay(t, credential(t, p, h.leafURL()), "")
-	waitLinked(t, r)
+	p, _, r := linkedSite(t, api.Enrollment{NodeID: "k1", PublicKey: known.pub, Status: api.EnrollPending, Site: site})
 
 	big := bytes.Repeat([]byte{'x'}, size)
 	var wg sync.WaitGroup
@@ -293,20 +265,11 @@ func wireSpeedFlood(t *testing.T, size int) {
 // subjects of its own inbox, in a queue group or not, must not have the
 // relay ask for them, or one stranger would cut the whole site off.
 func TestAttackStrangersSubscriptionsDoNotCutTheLink(t *testing.T) {
-	f := fleettest.Start(t, fleet.Options{Agents: 0, Controller: func(c *controller.Config) {
-		c.LeafAddr = "127.0.0.1:0"
-	}})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cred, err := f.Client().CreateSite(ctx, api.SiteCreateRequest{Name: site})
-	if err != nil {
-		t.Fatalf("create site: %v", err)
-	}
+	f, cred := startSiteHub(t, ctx, 0, nil)
 	r := startRelay(t, &cred, "")
-	testwait.Until(t, 30*time.Second, 20*time.Millisecond, "the relay's link to the hub", r.LeafConnected)
-	if err := r.RefreshRoster(ctx); err != nil {
-		t.Fatalf("roster from the hub: %v", err)
-	}
+	waitLinked(t, r)
 	links := func() []uint64 {
 		lz, err := f.Controller.NATSServer().Leafz(nil)
 		if err != nil {
@@ -383,14 +346,7 @@ func TestAttackLogsHoldNoSecret(t *testing.T) {
 	cfg := relay.DefaultConfig()
 	cfg.Credential, cfg.Listen, cfg.DataDir = cred, "127.0.0.1:0", t.TempDir()
 	cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	r, err := relay.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(r.Close)
+	r := startRelayConfig(t, cfg)
 	waitLinked(t, r)
 
 	const token = "gridjoin_web.s3cr3t-join-token-value"
@@ -545,17 +501,10 @@ func TestAttackRosterCacheThatIsNoFileDoesNotWedgeTheRelay(t *testing.T) {
 // intake across the link, and the intake answers only into the sender's
 // own inbox.)
 func TestAttackSiteAgentsReplySubjectsGetNoAnswerElsewhere(t *testing.T) {
-	f := fleettest.Start(t, fleet.Options{Agents: 0, Controller: func(c *controller.Config) {
-		c.LeafAddr = "127.0.0.1:0"
-	}})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cred, err := f.Client().CreateSite(ctx, api.SiteCreateRequest{Name: site})
-	if err != nil {
-		t.Fatalf("create site: %v", err)
-	}
-	r := startRelay(t, &cred, "")
-	testwait.Until(t, 30*time.Second, 20*time.Millisecond, "the relay's link to the hub", r.LeafConnected)
+	f, cred := startSiteHub(t, ctx, 0, nil)
+	r := startLinkedRelay(t, &cred, "")
 	pk := &testPKI{caFile: f.CAFile()}
 	token := strings.TrimSpace(readFile(t, f.JoinTokenFile()))
 

@@ -18,7 +18,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
+	"github.com/gridfleet/terraform-provider-grid/agent"
 	"github.com/gridfleet/terraform-provider-grid/api"
+	"github.com/gridfleet/terraform-provider-grid/controller"
+	"github.com/gridfleet/terraform-provider-grid/internal/compose/fleet"
+	"github.com/gridfleet/terraform-provider-grid/internal/compose/fleet/fleettest"
 	"github.com/gridfleet/terraform-provider-grid/internal/pki"
 	"github.com/gridfleet/terraform-provider-grid/internal/testwait"
 	"github.com/gridfleet/terraform-provider-grid/relay"
@@ -197,6 +201,12 @@ func startRelay(t *testing.T, cred *api.SiteCredential, dataDir string) *relay.R
 	if testing.Verbose() {
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
+	return startRelayConfig(t, cfg)
+}
+
+// startRelayConfig starts a relay from cfg, closed when the test ends.
+func startRelayConfig(t *testing.T, cfg relay.Config) *relay.Relay {
+	t.Helper()
 	r, err := relay.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -206,6 +216,18 @@ func startRelay(t *testing.T, cred *api.SiteCredential, dataDir string) *relay.R
 	}
 	t.Cleanup(r.Close)
 	return r
+}
+
+// waitDelivered publishes with send until sub gets a message holding
+// want: interest takes its time to cross the link, so the first messages
+// may find no one.
+func waitDelivered(t *testing.T, what string, sub *nats.Subscription, send func(), want string) {
+	t.Helper()
+	testwait.Until(t, 30*time.Second, 50*time.Millisecond, what, func() bool {
+		send()
+		m, err := sub.NextMsg(20 * time.Millisecond)
+		return err == nil && string(m.Data) == want
+	})
 }
 
 // waitLinked waits for the relay's leaf link and a first roster.
@@ -280,4 +302,92 @@ func (ac *agentConn) refused(t *testing.T, subject string) bool {
 	}
 	err := ac.nc.LastError()
 	return errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), `"`+subject+`"`)
+}
+
+// startSiteHub starts a real hub (a controller with a leaf port and agents
+// of its own, configured further by more when given), creates the site
+// through the API and returns the hub with the site's credential.
+func startSiteHub(t *testing.T, ctx context.Context, agents int, more func(*controller.Config)) (*fleet.Fleet, api.SiteCredential) {
+	t.Helper()
+	f := fleettest.Start(t, fleet.Options{Agents: agents, Controller: func(c *controller.Config) {
+		c.LeafAddr = "127.0.0.1:0"
+		if more != nil {
+			more(c)
+		}
+	}})
+	cred, err := f.Client().CreateSite(ctx, api.SiteCreateRequest{Name: site})
+	if err != nil {
+		t.Fatalf("create site: %v", err)
+	}
+	return f, cred
+}
+
+// startLinkedRelay starts a relay from cred and waits for its leaf link
+// to the hub.
+func startLinkedRelay(t *testing.T, cred *api.SiteCredential, dataDir string) *relay.Relay {
+	t.Helper()
+	r := startRelay(t, cred, dataDir)
+	testwait.Until(t, 30*time.Second, 20*time.Millisecond, "the relay's link to the hub", r.LeafConnected)
+	return r
+}
+
+// siteAgentConfig is the configuration of an agent of the site named
+// name: it knows only the relay's address and the hub's CA; the caller
+// gives it a join token.
+func siteAgentConfig(t *testing.T, f *fleet.Fleet, r *relay.Relay, name string) agent.Config {
+	t.Helper()
+	cfg := agent.DefaultConfig()
+	cfg.Name = name
+	cfg.NATSURLs = []string{r.URL()}
+	cfg.DataDir = t.TempDir()
+	cfg.Sandbox = filepath.Join(cfg.DataDir, "sandbox")
+	cfg.CAFile = f.CAFile()
+	return cfg
+}
+
+// startSiteAgent starts an agent from cfg, stopped when the test ends.
+func startSiteAgent(t *testing.T, cfg agent.Config) *agent.Agent {
+	t.Helper()
+	a, err := agent.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	actx, stopAgent := context.WithCancel(context.Background())
+	if err := a.Start(actx); err != nil {
+		stopAgent()
+		t.Fatalf("start the site's agent: %v", err)
+	}
+	t.Cleanup(func() { stopAgent(); <-a.Done() })
+	return a
+}
+
+// savedRosterHubDown has a relay link to a stand-in hub whose roster
+// admits a as node a1 of group web, save that roster in dir and stop;
+// then the hub goes down. What is left is the data dir a relay restarted
+// without its hub starts from.
+func savedRosterHubDown(t *testing.T) (p *testPKI, a key, cred *api.SiteCredential, dir string) {
+	t.Helper()
+	p = newPKI(t)
+	h := startHub(t, p)
+	a = newKey(t)
+	h.setRoster(admitted(a, "a1", "web"))
+	cred = credential(t, p, h.leafURL())
+	dir = t.TempDir()
+	first := startRelay(t, cred, dir)
+	waitLinked(t, first)
+	first.Close()
+	h.ns.Shutdown()
+	return p, a, cred, dir
+}
+
+// linkedSite starts a stand-in hub whose roster holds roster and a relay
+// of the site linked to it, with the roster in hand.
+func linkedSite(t *testing.T, roster ...api.Enrollment) (*testPKI, *hub, *relay.Relay) {
+	t.Helper()
+	p := newPKI(t)
+	h := startHub(t, p)
+	h.setRoster(roster...)
+	r := startRelay(t, credential(t, p, h.leafURL()), "")
+	waitLinked(t, r)
+	return p, h, r
 }

@@ -2,7 +2,6 @@ package relay_test
 
 import (
 	"context"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -10,8 +9,6 @@ import (
 	"github.com/gridfleet/terraform-provider-grid/agent"
 	"github.com/gridfleet/terraform-provider-grid/api"
 	"github.com/gridfleet/terraform-provider-grid/controller"
-	"github.com/gridfleet/terraform-provider-grid/internal/compose/fleet"
-	"github.com/gridfleet/terraform-provider-grid/internal/compose/fleet/fleettest"
 	"github.com/gridfleet/terraform-provider-grid/internal/testwait"
 )
 
@@ -21,34 +18,15 @@ import (
 // token enrolls through the relay into the site, comes online, and runs
 // the jobs that target it, and only those.
 func TestAgentEnrollsThroughTheRelayAndRunsJobs(t *testing.T) {
-	f := fleettest.Start(t, fleet.Options{Agents: 1, Controller: func(c *controller.Config) {
-		c.LeafAddr = "127.0.0.1:0"
-	}})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cred, err := f.Client().CreateSite(ctx, api.SiteCreateRequest{Name: site})
-	if err != nil {
-		t.Fatalf("create site: %v", err)
-	}
-	r := startRelay(t, &cred, t.TempDir())
-	testwait.Until(t, 30*time.Second, 20*time.Millisecond, "the relay's link to the hub", r.LeafConnected)
+	f, cred := startSiteHub(t, ctx, 1, nil)
+	r := startLinkedRelay(t, &cred, t.TempDir())
 
-	cfg := agent.DefaultConfig()
-	cfg.Name, cfg.Groups = "p-1", []string{"web"}
-	cfg.NATSURLs = []string{r.URL()}
-	cfg.DataDir = t.TempDir()
-	cfg.Sandbox = filepath.Join(cfg.DataDir, "sandbox")
-	cfg.CAFile, cfg.JoinTokenFile = f.CAFile(), f.JoinTokenFile()
-	a, err := agent.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	actx, stopAgent := context.WithCancel(context.Background())
-	if err := a.Start(actx); err != nil {
-		stopAgent()
-		t.Fatalf("start the site's agent: %v", err)
-	}
-	t.Cleanup(func() { stopAgent(); <-a.Done() })
+	cfg := siteAgentConfig(t, f, r, "p-1")
+	cfg.Groups = []string{"web"}
+	cfg.JoinTokenFile = f.JoinTokenFile()
+	startSiteAgent(t, cfg)
 	if err := f.WaitOnline(ctx, "p-1"); err != nil {
 		t.Fatal(err)
 	}
@@ -101,20 +79,11 @@ func TestAgentEnrollsThroughTheRelayAndRunsJobs(t *testing.T) {
 // A revoked site's relay is cut off the hub and gets nothing from it
 // after.
 func TestRevokedSitesRelayIsCutOff(t *testing.T) {
-	f := fleettest.Start(t, fleet.Options{Agents: 0, Controller: func(c *controller.Config) {
-		c.LeafAddr = "127.0.0.1:0"
-	}})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cred, err := f.Client().CreateSite(ctx, api.SiteCreateRequest{Name: site})
-	if err != nil {
-		t.Fatalf("create site: %v", err)
-	}
+	f, cred := startSiteHub(t, ctx, 0, nil)
 	r := startRelay(t, &cred, "")
-	testwait.Until(t, 30*time.Second, 20*time.Millisecond, "the relay's link to the hub", r.LeafConnected)
-	if err := r.RefreshRoster(ctx); err != nil {
-		t.Fatalf("roster from the hub: %v", err)
-	}
+	waitLinked(t, r)
 	if _, err := f.Client().RevokeSite(ctx, site); err != nil {
 		t.Fatal(err)
 	}
@@ -131,25 +100,13 @@ func TestRevokedSitesRelayIsCutOff(t *testing.T) {
 // learns of the admission from its roster, and the agent's next question
 // is answered "admitted".
 func TestSiteAgentWaitsForApprovalThroughTheRelay(t *testing.T) {
-	f := fleettest.Start(t, fleet.Options{Agents: 0, Controller: func(c *controller.Config) {
-		c.LeafAddr = "127.0.0.1:0"
-		c.AutoAdmit = new(bool)
-	}})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cred, err := f.Client().CreateSite(ctx, api.SiteCreateRequest{Name: site})
-	if err != nil {
-		t.Fatalf("create site: %v", err)
-	}
-	r := startRelay(t, &cred, "")
-	testwait.Until(t, 30*time.Second, 20*time.Millisecond, "the relay's link to the hub", r.LeafConnected)
+	f, cred := startSiteHub(t, ctx, 0, func(c *controller.Config) { c.AutoAdmit = new(bool) })
+	r := startLinkedRelay(t, &cred, "")
 
-	cfg := agent.DefaultConfig()
-	cfg.Name = "p-2"
-	cfg.NATSURLs = []string{r.URL()}
-	cfg.DataDir = t.TempDir()
-	cfg.Sandbox = filepath.Join(cfg.DataDir, "sandbox")
-	cfg.CAFile, cfg.JoinTokenFile = f.CAFile(), f.JoinTokenFile()
+	cfg := siteAgentConfig(t, f, r, "p-2")
+	cfg.JoinTokenFile = f.JoinTokenFile()
 	a, err := agent.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -178,20 +135,13 @@ func TestSiteAgentWaitsForApprovalThroughTheRelay(t *testing.T) {
 // A join token scoped to a site enrolls agents through that site's relay
 // only.
 func TestSiteScopedJoinTokenThroughTheRelay(t *testing.T) {
-	f := fleettest.Start(t, fleet.Options{Agents: 0, Controller: func(c *controller.Config) {
-		c.LeafAddr = "127.0.0.1:0"
-	}})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cred, err := f.Client().CreateSite(ctx, api.SiteCreateRequest{Name: site})
-	if err != nil {
-		t.Fatalf("create site: %v", err)
-	}
+	f, cred := startSiteHub(t, ctx, 0, nil)
 	if _, err := f.Client().CreateSite(ctx, api.SiteCreateRequest{Name: "lyon"}); err != nil {
 		t.Fatalf("create site: %v", err)
 	}
-	r := startRelay(t, &cred, "")
-	testwait.Until(t, 30*time.Second, 20*time.Millisecond, "the relay's link to the hub", r.LeafConnected)
+	r := startLinkedRelay(t, &cred, "")
 
 	cases := []struct {
 		node, tokenSite string
@@ -206,12 +156,8 @@ func TestSiteScopedJoinTokenThroughTheRelay(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cfg := agent.DefaultConfig()
-			cfg.Name = tc.node
-			cfg.NATSURLs = []string{r.URL()}
-			cfg.DataDir = t.TempDir()
-			cfg.Sandbox = filepath.Join(cfg.DataDir, "sandbox")
-			cfg.CAFile, cfg.JoinToken = f.CAFile(), tok.Token
+			cfg := siteAgentConfig(t, f, r, tc.node)
+			cfg.JoinToken = tok.Token
 			a, err := agent.New(cfg)
 			if err != nil {
 				t.Fatal(err)

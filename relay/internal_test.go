@@ -276,12 +276,7 @@ func TestLoadCredentialSaysWhatIsWrong(t *testing.T) {
 			tc.change(&sc, &cfg)
 			cfg.Credential = &sc
 			_, err := loadCredential(cfg)
-			switch {
-			case tc.want == "" && err != nil:
-				t.Fatalf("refused: %v", err)
-			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
-				t.Fatalf("error %v, want one saying %q", err, tc.want)
-			}
+			wantRefusal(t, err, tc.want)
 		})
 	}
 }
@@ -306,13 +301,20 @@ func TestConfigValidate(t *testing.T) {
 			cfg := DefaultConfig()
 			tc.change(&cfg)
 			err := cfg.Validate()
-			switch {
-			case tc.want == "" && err != nil:
-				t.Fatalf("refused: %v", err)
-			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
-				t.Fatalf("error %v, want one saying %q", err, tc.want)
-			}
+			wantRefusal(t, err, tc.want)
 		})
+	}
+}
+
+// wantRefusal fails the test unless err is nil when want is empty, or an
+// error saying want otherwise.
+func wantRefusal(t *testing.T, err error, want string) {
+	t.Helper()
+	switch {
+	case want == "" && err != nil:
+		t.Fatalf("refused: %v", err)
+	case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
+		t.Fatalf("error %v, want one saying %q", err, want)
 	}
 }
 

@@ -1,7 +1,6 @@
 package relay_test
 
 import (
-	"context"
 	"io"
 	"net"
 	"sync"
@@ -73,14 +72,7 @@ func TestRelayLinksOnlyThroughTheHubURLsItWasGiven(t *testing.T) {
 	cfg := relay.DefaultConfig()
 	cfg.Credential = credential(t, p, fw.url())
 	cfg.Listen = "127.0.0.1:0"
-	r, err := relay.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := startRelayConfig(t, cfg)
 	waitLinked(t, r)
 	lz, err := h.ns.Leafz(nil)
 	if err != nil || len(lz.Leafs) != 1 {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -14,7 +13,6 @@ import (
 	"github.com/gridfleet/terraform-provider-grid/api"
 	"github.com/gridfleet/terraform-provider-grid/controller"
 	"github.com/gridfleet/terraform-provider-grid/internal/compose/fleet"
-	"github.com/gridfleet/terraform-provider-grid/internal/compose/fleet/fleettest"
 	"github.com/gridfleet/terraform-provider-grid/internal/config"
 	"github.com/gridfleet/terraform-provider-grid/internal/testwait"
 )
@@ -105,45 +103,26 @@ func (k *link) heal() {
 // agent stays with the relay. When the link heals, the node is back
 // online without enrolling again and runs jobs.
 func TestSiteLinkCutAndHealed(t *testing.T) {
-	// One agent of the hub's own, which offers the backends while the
-	// site's node is cut off.
-	f := fleettest.Start(t, fleet.Options{Agents: 1, Controller: func(c *controller.Config) {
-		c.LeafAddr = "127.0.0.1:0"
-		c.NodeOfflineAfter = config.Duration(2 * time.Second)
-	}})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cred, err := f.Client().CreateSite(ctx, api.SiteCreateRequest{Name: site})
-	if err != nil {
-		t.Fatalf("create site: %v", err)
-	}
+	// One agent of the hub's own, which offers the backends while the
+	// site's node is cut off.
+	f, cred := startSiteHub(t, ctx, 1, func(c *controller.Config) {
+		c.NodeOfflineAfter = config.Duration(2 * time.Second)
+	})
 	var hubLeaf string
 	if _, err := fmt.Sscanf(cred.HubURLs[0], "tls://%s", &hubLeaf); err != nil {
 		t.Fatal(err)
 	}
 	wan := newLink(t, hubLeaf)
 	cred.HubURLs = []string{wan.url()}
-	r := startRelay(t, &cred, "")
-	testwait.Until(t, 30*time.Second, 20*time.Millisecond, "the relay's link to the hub", r.LeafConnected)
+	r := startLinkedRelay(t, &cred, "")
 
-	cfg := agent.DefaultConfig()
-	cfg.Name = "p-1"
-	cfg.NATSURLs = []string{r.URL()}
-	cfg.DataDir = t.TempDir()
-	cfg.Sandbox = filepath.Join(cfg.DataDir, "sandbox")
-	cfg.CAFile, cfg.JoinTokenFile = f.CAFile(), f.JoinTokenFile()
+	cfg := siteAgentConfig(t, f, r, "p-1")
+	cfg.JoinTokenFile = f.JoinTokenFile()
 	cfg.HeartbeatInterval = agent.Duration(200 * time.Millisecond)
 	cfg.ShutdownGrace = agent.Duration(100 * time.Millisecond)
-	a, err := agent.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	actx, stopAgent := context.WithCancel(context.Background())
-	if err := a.Start(actx); err != nil {
-		stopAgent()
-		t.Fatalf("start the site's agent: %v", err)
-	}
-	t.Cleanup(func() { stopAgent(); <-a.Done() })
+	startSiteAgent(t, cfg)
 	if err := f.WaitOnline(ctx, "p-1"); err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +143,8 @@ func TestSiteLinkCutAndHealed(t *testing.T) {
 	})
 	wan.cut()
 	testwait.Until(t, 30*time.Second, 20*time.Millisecond, "the relay to notice the cut", func() bool { return !r.LeafConnected() })
-	if j, err = f.Client().WaitJob(ctx, j.ID); err != nil {
+	j, err := f.Client().WaitJob(ctx, j.ID)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if res := j.Results.Node(0, "p-1"); res == nil || res.Status != api.StepUnreachable {

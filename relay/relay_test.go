@@ -24,13 +24,9 @@ import (
 // key the roster does not admit may only ask to be enrolled. Whatever the
 // relay lets through is what reaches the hub with the site's rights.
 func TestRelayGivesEachKeyWhatItsEnrollmentAllows(t *testing.T) {
-	p := newPKI(t)
-	h := startHub(t, p)
 	a, stranger, pending := newKey(t), newKey(t), newKey(t)
-	h.setRoster(admitted(a, "a1", "web.prod"),
+	p, _, r := linkedSite(t, admitted(a, "a1", "web.prod"),
 		api.Enrollment{NodeID: "p1", PublicKey: pending.pub, Status: api.EnrollPending, Site: site})
-	r := startRelay(t, credential(t, p, h.leafURL()), "")
-	waitLinked(t, r)
 
 	agentA := mustConnect(t, r, p, a, "grid-agent a1")
 	enrollA := mustConnect(t, r, p, a, api.EnrollConnName+"a1")
@@ -101,12 +97,8 @@ func TestRelayGivesEachKeyWhatItsEnrollmentAllows(t *testing.T) {
 // What an admitted agent may do crosses the link both ways: the hub's
 // command reaches it, its report reaches the hub.
 func TestRelayCarriesAnAgentsTrafficToAndFromTheHub(t *testing.T) {
-	p := newPKI(t)
-	h := startHub(t, p)
 	a := newKey(t)
-	h.setRoster(admitted(a, "a1"))
-	r := startRelay(t, credential(t, p, h.leafURL()), "")
-	waitLinked(t, r)
+	p, h, r := linkedSite(t, admitted(a, "a1"))
 	agentA := mustConnect(t, r, p, a, "grid-agent a1")
 
 	cmds, err := agentA.nc.SubscribeSync("cmd.node.a1.*.*")
@@ -114,22 +106,14 @@ func TestRelayCarriesAnAgentsTrafficToAndFromTheHub(t *testing.T) {
 		t.Fatal(err)
 	}
 	agentA.nc.Flush()
-	testwait.Until(t, 30*time.Second, 50*time.Millisecond, "the hub's command at the agent", func() bool {
-		_ = h.nc.Publish("cmd.node.a1.file.stat", []byte("cmd"))
-		m, err := cmds.NextMsg(20 * time.Millisecond)
-		return err == nil && string(m.Data) == "cmd"
-	})
+	waitDelivered(t, "the hub's command at the agent", cmds, func() { _ = h.nc.Publish("cmd.node.a1.file.stat", []byte("cmd")) }, "cmd")
 
 	reports, err := h.nc.SubscribeSync("report.>")
 	if err != nil {
 		t.Fatal(err)
 	}
 	h.nc.Flush()
-	testwait.Until(t, 30*time.Second, 50*time.Millisecond, "the agent's report at the hub", func() bool {
-		_ = agentA.nc.Publish("report.j1.s1.a1", []byte("done"))
-		m, err := reports.NextMsg(20 * time.Millisecond)
-		return err == nil && string(m.Data) == "done"
-	})
+	waitDelivered(t, "the agent's report at the hub", reports, func() { _ = agentA.nc.Publish("report.j1.s1.a1", []byte("done")) }, "done")
 }
 
 // Connections that do not prove an NKey are refused outright.
@@ -169,11 +153,8 @@ func TestRelayRefusesConnectionsWithoutAKey(t *testing.T) {
 // drops, before anything crosses the link, a request whose reply subject
 // is not the sender's own inbox or that is too large.
 func TestRelayPassesEnrollmentRequestsOnOnlyFromTheSendersOwnInbox(t *testing.T) {
-	p := newPKI(t)
-	h := startHub(t, p)
 	a, s := newKey(t), newKey(t)
-	r := startRelay(t, credential(t, p, h.leafURL()), "")
-	waitLinked(t, r)
+	p, h, r := linkedSite(t)
 	conn := mustConnect(t, r, p, s, api.EnrollConnName+"s1")
 	inbox, err := conn.nc.SubscribeSync(api.AgentInboxPrefix(s.pub) + ".>")
 	if err != nil {
@@ -226,12 +207,8 @@ func TestRelayPassesEnrollmentRequestsOnOnlyFromTheSendersOwnInbox(t *testing.T)
 // inbox's, never the enrollment subject: the hub's own agents' requests
 // are not the relay's to answer.
 func TestRelayNeverAsksTheHubForEnrollmentRequests(t *testing.T) {
-	p := newPKI(t)
-	h := startHub(t, p)
 	a := newKey(t)
-	h.setRoster(admitted(a, "a1"))
-	r := startRelay(t, credential(t, p, h.leafURL()), "")
-	waitLinked(t, r)
+	p, h, r := linkedSite(t, admitted(a, "a1"))
 	agentA := mustConnect(t, r, p, a, "grid-agent a1")
 	if _, err := agentA.nc.SubscribeSync("cmd.node.a1.*.*"); err != nil {
 		t.Fatal(err)
@@ -268,12 +245,8 @@ func TestRelayNeverAsksTheHubForEnrollmentRequests(t *testing.T) {
 // answer), an admitted key whose groups changed, a key revoked. The
 // reconnection gets the new rights; other agents stay connected.
 func TestRelayClosesConnectionsWhoseRightsTheRosterChanged(t *testing.T) {
-	p := newPKI(t)
-	h := startHub(t, p)
 	a, b := newKey(t), newKey(t)
-	h.setRoster(admitted(a, "a1"))
-	r := startRelay(t, credential(t, p, h.leafURL()), "")
-	waitLinked(t, r)
+	p, h, r := linkedSite(t, admitted(a, "a1"))
 	agentA := mustConnect(t, r, p, a, "grid-agent a1")
 
 	apply := func(es ...api.Enrollment) {
@@ -339,11 +312,8 @@ func TestRelayClosesConnectionsWhoseRightsTheRosterChanged(t *testing.T) {
 // When the hub answers "admitted", the relay has the new roster before the
 // agent hears it: the agent's next connection gets its rights at once.
 func TestRelayKnowsAnAdmissionBeforeTheAgentDoes(t *testing.T) {
-	p := newPKI(t)
-	h := startHub(t, p)
 	s := newKey(t)
-	r := startRelay(t, credential(t, p, h.leafURL()), "")
-	waitLinked(t, r)
+	p, h, r := linkedSite(t)
 	h.mu.Lock()
 	h.answer = func(key string, req api.EnrollRequest) api.EnrollReply {
 		// The hub stores the enrollment, then answers.
@@ -376,16 +346,7 @@ func TestRelayKnowsAnAdmissionBeforeTheAgentDoes(t *testing.T) {
 // A relay restarted while its link is cut admits its agents from the
 // roster it saved.
 func TestRelayRestartedWithoutTheHubAdmitsFromItsSavedRoster(t *testing.T) {
-	p := newPKI(t)
-	h := startHub(t, p)
-	a := newKey(t)
-	h.setRoster(admitted(a, "a1", "web"))
-	cred := credential(t, p, h.leafURL())
-	dir := t.TempDir()
-	first := startRelay(t, cred, dir)
-	waitLinked(t, first)
-	first.Close()
-	h.ns.Shutdown()
+	p, a, cred, dir := savedRosterHubDown(t)
 	fi, err := os.Stat(filepath.Join(dir, relay.RosterFile))
 	if err != nil {
 		t.Fatal(err)
@@ -408,12 +369,8 @@ func TestRelayRestartedWithoutTheHubAdmitsFromItsSavedRoster(t *testing.T) {
 // would run every command of the node. Once the first goes, a new one is
 // let in.
 func TestRelayRefusesASecondConnectionOfAnAdmittedKey(t *testing.T) {
-	p := newPKI(t)
-	h := startHub(t, p)
 	a := newKey(t)
-	h.setRoster(admitted(a, "a1"))
-	r := startRelay(t, credential(t, p, h.leafURL()), "")
-	waitLinked(t, r)
+	p, _, r := linkedSite(t, admitted(a, "a1"))
 	first := mustConnect(t, r, p, a, "grid-agent a1")
 	if _, err := connectAgent(t, r, p, a, "grid-agent a1"); err == nil {
 		t.Fatal("a second connection of the key was let in while the first is live")
@@ -448,15 +405,7 @@ func TestRelayLinksThroughAnyHubURL(t *testing.T) {
 			cfg.Credential = credential(t, p, tc.credURLs...)
 			cfg.Listen = "127.0.0.1:0"
 			cfg.HubURLs = tc.overrides
-			r, err := relay.New(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := r.Start(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-			defer r.Close()
-			waitLinked(t, r)
+			waitLinked(t, startRelayConfig(t, cfg))
 		})
 	}
 }
