@@ -351,7 +351,15 @@ func TestSiteRelayRights(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer hl.Close()
-		return siteEnroll(t, hl, "lyon", key, req)
+		// The new site reaches this controller's memory through its
+		// watch of the sites bucket, a moment after the create.
+		var r api.EnrollReply
+		for try := 0; try < 10; try++ {
+			if r, err = siteEnroll(t, hl, "lyon", key, req); err == nil {
+				break
+			}
+		}
+		return r, err
 	}
 	r, err = lyonAsk(newUserKey(t), api.EnrollRequest{NodeID: "p-1", Groups: []string{"web"}, Token: tok})
 	if err != nil || r.Status == api.EnrollAdmitted || !strings.Contains(r.Error, "site paris") {
