@@ -102,6 +102,20 @@ func createSiteAs(t *testing.T, f *fleet.Fleet, req api.SiteCreateRequest) api.S
 	if err != nil {
 		t.Fatalf("create site %s: %v", req.Name, err)
 	}
+	// The controller learns of the site from its watch of the sites
+	// bucket, a moment after the create; its relay is refused until then.
+	waitFor(t, 10*time.Second, "site "+req.Name+" known to the controller", func() bool {
+		ss, err := f.Client().ListSites(ctx)
+		if err != nil {
+			return false
+		}
+		for _, s := range ss {
+			if s.Name == req.Name {
+				return true
+			}
+		}
+		return false
+	})
 	return cred
 }
 
